@@ -1,0 +1,68 @@
+# lingbot-fleet: every target does its own set-up on a fresh Debian 12 machine (as root).
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+VENV ?= .venv
+BIN := $(CURDIR)/$(VENV)/bin
+export PATH := $(BIN):$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+APT_PACKAGES := python3 python3-venv python3-dev gcc make openssh-client debootstrap \
+	systemd-container valgrind pciutils
+DEMO_PROFILES ?= a6000-phb,a6000-chipset,a6000-noacpi,a6000-persistenced-off,a6000-x8
+PYTEST_ARGS ?=
+
+.PHONY: help setup apt-packages native demo test lint unit lab-test molecule bench lab-down clean
+
+help:
+	@echo "make demo   boot a lab of simulated GPU servers and run site.yml on it"
+	@echo "make test   lint and every test (unit, lab integration, molecule)"
+
+apt-packages:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages: $$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+$(VENV)/.installed: pyproject.toml | apt-packages
+	python3 -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+setup: apt-packages $(VENV)/.installed
+
+native: setup
+	$(MAKE) -s -C lab/native
+
+demo: setup native
+	$(BIN)/lingbot-fleet lab up --profiles $(DEMO_PROFILES)
+	$(BIN)/lingbot-fleet lab status
+	$(BIN)/ansible-playbook -i inventory/lab/hosts.yml site.yml -l gpu-nodes
+	@echo; echo "The lab stays up: try 'ansible-playbook -i inventory/lab/hosts.yml site.yml -l gpu-nodes --check --diff'."
+	@echo "Stop it with: $(BIN)/lingbot-fleet lab down"
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/yamllint --strict .
+	$(BIN)/ansible-lint --profile production --offline
+
+unit: setup native
+	$(BIN)/pytest -m "not lab" $(PYTEST_ARGS)
+
+lab-test: setup native
+	$(BIN)/pytest -m lab $(PYTEST_ARGS)
+
+molecule: setup native
+	cd $(CURDIR) && $(BIN)/molecule test -s default
+
+test: lint unit lab-test molecule
+
+bench: setup native
+	$(BIN)/python bench/lab_boot.py
+
+lab-down: setup
+	$(BIN)/lingbot-fleet lab down
+
+clean: lab-down
+	$(MAKE) -s -C lab/native clean

@@ -1,0 +1,1 @@
+"""The simulated GPU lab: rootfs, nodes, supervisor (the only product code that knows the lab)."""

@@ -1,0 +1,473 @@
+"""Boot, list and stop the lab: simulated GPU servers as systemd-nspawn containers.
+
+Each node is a real Debian 12 system (systemd, sshd on 127.0.0.1:<port>) on an overlay of
+one cached rootfs. The node's hardware comes from a profile under lab/profiles; the
+node-side lab code (lab/node, lab/native, lab/lingbot_standin) renders it as sysfs,
+NVML, libcuda and nvidia-smi at every boot.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import yaml
+
+from . import layout
+from .rootfs import ensure_rootfs
+
+Log = Callable[[str], None]
+STATE_FILE = "lab.json"
+SSH_WAIT_S = 90.0
+
+
+class LabError(RuntimeError):
+    """The lab could not do what was asked; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    profile: str
+    port: int
+    machine: str
+
+    def directory(self, lab_home: Path) -> Path:
+        return lab_home / "nodes" / self.name
+
+
+def available_profiles() -> list[str]:
+    return sorted(path.stem for path in layout.PROFILES_DIR.glob("*.yml"))
+
+
+def load_profile(name: str) -> dict:
+    path = layout.PROFILES_DIR / f"{name}.yml"
+    if not path.is_file():
+        raise LabError(
+            f"unknown lab profile {name!r}: choose from {', '.join(available_profiles())}"
+        )
+    profile = yaml.safe_load(path.read_text())
+    sys.path.insert(0, str(layout.LAB_SOURCE / "node"))
+    try:
+        from lingbot_lab.profile import validate_profile  # noqa: PLC0415 - lab-side package
+    finally:
+        sys.path.pop(0)
+    return validate_profile(profile)
+
+
+def plan_nodes(profiles: list[str]) -> list[NodeSpec]:
+    if not profiles:
+        raise LabError("no profiles given: pass --profiles a,b,... (see lab/profiles)")
+    specs = []
+    for number, profile in enumerate(profiles, start=1):
+        load_profile(profile)
+        specs.append(
+            NodeSpec(
+                name=f"lab{number:02d}-{profile}"[:63],
+                profile=profile,
+                port=layout.FIRST_SSH_PORT + number - 1,
+                machine=f"lbf{number:02d}",
+            )
+        )
+    return specs
+
+
+# ---------------------------------------------------------------- mounts and processes
+
+
+def _mounts_under(prefix: Path) -> list[str]:
+    """Mount points at or below prefix, deepest first."""
+    points = []
+    with open("/proc/self/mountinfo") as mountinfo:
+        for line in mountinfo:
+            point = line.split()[4].replace("\\040", " ")
+            if point == str(prefix) or point.startswith(f"{prefix}/"):
+                points.append(point)
+    return sorted(set(points), key=len, reverse=True)
+
+
+def _unmount_all(prefix: Path) -> None:
+    for point in _mounts_under(prefix):
+        subprocess.run(["umount", "--lazy", point], check=False, capture_output=True)
+
+
+def _pid_alive(pid: int, must_contain: str) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return False
+    return must_contain in cmdline
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+# ---------------------------------------------------------------- building a node
+
+
+def _build_native(log: Log) -> None:
+    if not (layout.NATIVE_DIR / "Makefile").exists():
+        raise LabError(
+            "lab/native/Makefile is missing: the simulated driver libraries cannot be built"
+        )
+    result = subprocess.run(
+        ["make", "-s", "-C", str(layout.NATIVE_DIR)], capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise LabError(f"building the simulated driver libraries failed:\n{result.stderr}")
+    log("simulated driver libraries built (lab/native/build)")
+
+
+def _ssh_key(lab_home: Path) -> Path:
+    key = lab_home / "ssh" / "id_ed25519"
+    if not key.exists():
+        key.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "lingbot-lab", "-f", str(key)],
+            check=True,
+        )
+    return key
+
+
+def _copy_file(source: Path, destination: Path, mode: int) -> None:
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, destination)
+    destination.chmod(mode)
+
+
+def _copy_tree(source: Path, destination: Path) -> None:
+    shutil.copytree(
+        source,
+        destination,
+        dirs_exist_ok=True,
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "tests"),
+    )
+
+
+def _install_lab_files(spec: NodeSpec, profile: dict, root: Path, public_key: str) -> None:
+    for source, destination, mode in layout.NODE_FILES:
+        _copy_file(layout.LAB_SOURCE / source, root / destination, mode)
+    for source, destination in layout.NODE_TREES:
+        _copy_tree(layout.LAB_SOURCE / source, root / destination)
+    (root / "opt/lingbot-lab/profile.json").write_text(json.dumps(profile, indent=1) + "\n")
+    wants = root / "etc/systemd/system/sysinit.target.wants"
+    wants.mkdir(parents=True, exist_ok=True)
+    link = wants / "lingbot-lab-firmware.service"
+    if not link.is_symlink():
+        link.symlink_to("/etc/systemd/system/lingbot-lab-firmware.service")
+
+    unit = (layout.LAB_SOURCE / "node/systemd/nvidia-persistenced.service").read_text()
+    unit = unit.replace("@PERSISTENCED_ARGS@", profile.get("persistenced", {}).get("args", ""))
+    unit = re.sub(r"[ \t]+\n", "\n", unit)
+    (root / "lib/systemd/system/nvidia-persistenced.service").write_text(unit)
+    sysusers = root / "usr/lib/sysusers.d/nvidia-persistenced.conf"
+    sysusers.parent.mkdir(parents=True, exist_ok=True)
+    sysusers.write_text('u nvidia-persistenced - "NVIDIA Persistence Daemon" /nonexistent\n')
+
+    libdir = root / layout.LIB_DIR_IN_NODE
+    version = profile["driver"]["version"]
+    for library in ("libnvidia-ml", "libcuda"):
+        real = libdir / f"{library}.so.{version}"
+        _copy_file(layout.NATIVE_BUILD_DIR / f"{library}.so.1", real, 0o755)
+        for alias in (f"{library}.so.1", f"{library}.so"):
+            (libdir / alias).unlink(missing_ok=True)
+            (libdir / alias).symlink_to(real.name)
+    subprocess.run(["ldconfig", "-r", str(root)], check=True)
+
+    boot = root / "boot"
+    boot.mkdir(exist_ok=True)
+    (boot / f"vmlinuz-{layout.KERNEL_VERSION}").write_bytes(b"")
+    (boot / f"initrd.img-{layout.KERNEL_VERSION}").write_bytes(b"")
+    (root / "etc/default/grub").write_text(_default_grub(profile))
+    (root / "etc/default/grub.d").mkdir(parents=True, exist_ok=True)
+    update = subprocess.run(
+        [str(root / "usr/sbin/update-grub")],
+        env={**os.environ, "LINGBOT_LAB_ROOT": str(root)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if update.returncode != 0:
+        raise LabError(f"update-grub for node {spec.name} failed: {update.stderr}")
+
+    ssh_dir = root / "root/.ssh"
+    ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (ssh_dir / "authorized_keys").write_text(public_key)
+    (ssh_dir / "authorized_keys").chmod(0o600)
+    (root / "etc/ssh/sshd_config.d").mkdir(parents=True, exist_ok=True)
+    (root / "etc/ssh/sshd_config.d/lingbot-lab.conf").write_text(
+        f"Port {spec.port}\nListenAddress 127.0.0.1\nPermitRootLogin prohibit-password\n"
+        "UseDNS no\nMaxStartups 200\nMaxSessions 200\n"
+    )
+    subprocess.run(["ssh-keygen", "-A", "-f", str(root)], check=True, capture_output=True)
+    (root / "etc/hostname").write_text(spec.name + "\n")
+    (root / "etc/hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {spec.name}\n")
+    (root / "etc/machine-id").write_text(os.urandom(16).hex() + "\n")
+
+
+def _default_grub(profile: dict) -> str:
+    boot = profile.get("boot", {})
+    return (
+        "# If you change this file, run 'update-grub' afterwards to update\n"
+        "# /boot/grub/grub.cfg.\n"
+        "# For full documentation of the options in this file, see:\n"
+        "#   info -f grub -n 'Simple configuration'\n\n"
+        "GRUB_DEFAULT=0\n"
+        "GRUB_TIMEOUT=5\n"
+        "GRUB_DISTRIBUTOR=`lsb_release -i -s 2> /dev/null || echo Debian`\n"
+        f'GRUB_CMDLINE_LINUX_DEFAULT="{boot.get("grub_cmdline_linux_default", "quiet")}"\n'
+        f'GRUB_CMDLINE_LINUX="{boot.get("grub_cmdline_linux", "")}"\n\n'
+        "# Uncomment to disable graphical terminal (grub-pc only)\n"
+        "#GRUB_TERMINAL=console\n"
+    )
+
+
+# ---------------------------------------------------------------- the lab
+
+
+class Lab:
+    def __init__(self, lab_home: Path = layout.LAB_HOME, log: Log = print) -> None:
+        self.home = lab_home
+        self.log = log
+
+    # state ---------------------------------------------------------------
+    def _state_path(self) -> Path:
+        return self.home / STATE_FILE
+
+    def nodes(self) -> list[NodeSpec]:
+        try:
+            data = json.loads(self._state_path().read_text())
+        except FileNotFoundError:
+            return []
+        return [NodeSpec(**node) for node in data["nodes"]]
+
+    def _save(self, specs: list[NodeSpec]) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        tmp = self._state_path().with_suffix(".tmp")
+        tmp.write_text(json.dumps({"nodes": [asdict(spec) for spec in specs]}, indent=1))
+        tmp.replace(self._state_path())
+
+    def supervisor_pid(self, spec: NodeSpec) -> int | None:
+        try:
+            pid = int((spec.directory(self.home) / "supervisor.pid").read_text())
+        except (OSError, ValueError):
+            return None
+        return pid if _pid_alive(pid, "lingbot_fleet.lab.supervisor") else None
+
+    # up ------------------------------------------------------------------
+    def up(self, profiles: list[str]) -> list[NodeSpec]:
+        specs = plan_nodes(profiles)
+        if specs == self.nodes() and all(self.ssh_ok(spec) for spec in specs):
+            self.log(f"lab already up with {len(specs)} node(s)")
+            self.write_inventory(specs)
+            return specs
+        self.down(quiet=True)
+        for spec in specs:
+            if not _port_free(spec.port):
+                raise LabError(
+                    f"port 127.0.0.1:{spec.port} for node {spec.name} is taken by another "
+                    "process: stop it, or set LINGBOT_LAB_HOME to the lab that owns it and "
+                    "run lab down"
+                )
+        rootfs = ensure_rootfs(log=self.log)
+        _build_native(self.log)
+        key = _ssh_key(self.home)
+        public_key = key.with_suffix(".pub").read_text()
+        self._save(specs)
+        started = time.monotonic()
+        for spec in specs:
+            self._start_node(spec, rootfs, public_key)
+        for spec in specs:
+            self._wait_ssh(spec, key)
+        self.write_inventory(specs)
+        self.log(
+            f"lab up: {len(specs)} node(s) answering SSH after "
+            f"{time.monotonic() - started:.1f} s; inventory {layout.LAB_INVENTORY}"
+        )
+        return specs
+
+    def _start_node(self, spec: NodeSpec, rootfs: Path, public_key: str) -> None:
+        directory = spec.directory(self.home)
+        for sub in ("upper", "work", "merged"):
+            (directory / sub).mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [
+                "mount",
+                "-t",
+                "overlay",
+                "overlay",
+                "-o",
+                f"lowerdir={rootfs},upperdir={directory / 'upper'},workdir={directory / 'work'}",
+                str(directory / "merged"),
+            ],
+            check=True,
+        )
+        profile = load_profile(spec.profile)
+        _install_lab_files(spec, profile, directory / "merged", public_key)
+        (directory / "node.json").write_text(json.dumps(asdict(spec)))
+        with open(directory / "supervisor.log", "ab") as supervisor_log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "lingbot_fleet.lab.supervisor", str(directory)],
+                stdin=subprocess.DEVNULL,
+                stdout=supervisor_log,
+                stderr=supervisor_log,
+                start_new_session=True,
+                cwd="/",
+                env={**os.environ, "PYTHONPATH": str(layout.REPO_ROOT / "python")},
+            )
+        (directory / "supervisor.pid").write_text(f"{process.pid}\n")
+
+    def ssh_argv(self, spec: NodeSpec, *command: str) -> list[str]:
+        return [
+            "ssh",
+            "-q",
+            "-i",
+            str(self.home / "ssh" / "id_ed25519"),
+            "-p",
+            str(spec.port),
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=3",
+            "root@127.0.0.1",
+            *command,
+        ]
+
+    def ssh_ok(self, spec: NodeSpec) -> bool:
+        result = subprocess.run(
+            self.ssh_argv(spec, "true"), capture_output=True, check=False, timeout=15
+        )
+        return result.returncode == 0
+
+    def _wait_ssh(self, spec: NodeSpec, _key: Path) -> None:
+        deadline = time.monotonic() + SSH_WAIT_S
+        while time.monotonic() < deadline:
+            if self.supervisor_pid(spec) is None:
+                raise LabError(
+                    f"node {spec.name} stopped while booting; see "
+                    f"{spec.directory(self.home) / 'console.log'}"
+                )
+            if self.ssh_ok(spec):
+                return
+            time.sleep(0.3)
+        raise LabError(
+            f"node {spec.name} did not answer SSH on 127.0.0.1:{spec.port} within "
+            f"{SSH_WAIT_S:.0f} s; see {spec.directory(self.home) / 'console.log'}"
+        )
+
+    def write_inventory(self, specs: list[NodeSpec]) -> Path:
+        hosts = {
+            spec.name: {
+                "ansible_host": "127.0.0.1",
+                "ansible_port": spec.port,
+                "lingbot_lab_profile": spec.profile,
+            }
+            for spec in specs
+        }
+        inventory = {
+            "all": {
+                "children": {
+                    layout.GROUP_NAME: {
+                        "hosts": hosts,
+                        "vars": {
+                            "ansible_user": "root",
+                            "ansible_ssh_private_key_file": str(self.home / "ssh" / "id_ed25519"),
+                            "ansible_ssh_common_args": (
+                                "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"
+                            ),
+                            "ansible_python_interpreter": "/usr/bin/python3",
+                        },
+                    }
+                }
+            }
+        }
+        layout.LAB_INVENTORY.parent.mkdir(parents=True, exist_ok=True)
+        text = "# Generated by `lingbot-fleet lab up`; do not edit.\n---\n" + yaml.safe_dump(
+            inventory, sort_keys=False
+        )
+        layout.LAB_INVENTORY.write_text(text)
+        return layout.LAB_INVENTORY
+
+    # down ----------------------------------------------------------------
+    def down(self, quiet: bool = False) -> None:
+        specs = self.nodes()
+        for spec in specs:
+            pid = self.supervisor_pid(spec)
+            if pid is not None:
+                os.kill(pid, signal.SIGTERM)
+        for spec in specs:
+            self._wait_stopped(spec)
+        nodes_dir = self.home / "nodes"
+        _unmount_all(nodes_dir)
+        for spec in specs:
+            _unmount_all(Path("/run/systemd/nspawn/propagate") / spec.machine)
+        if _mounts_under(nodes_dir):
+            raise LabError(f"could not unmount {', '.join(_mounts_under(nodes_dir))}")
+        if nodes_dir.exists():
+            shutil.rmtree(nodes_dir)
+        self._state_path().unlink(missing_ok=True)
+        layout.LAB_INVENTORY.unlink(missing_ok=True)
+        if specs and not quiet:
+            self.log(f"lab down: {len(specs)} node(s) stopped, mounts removed")
+        elif not quiet:
+            self.log("lab down: nothing was running")
+
+    def _wait_stopped(self, spec: NodeSpec, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.supervisor_pid(spec) is None and not self._nspawn_pids(spec):
+                return
+            time.sleep(0.2)
+        for pid in [self.supervisor_pid(spec), *self._nspawn_pids(spec)]:
+            if pid is not None:
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
+
+    def _nspawn_pids(self, spec: NodeSpec) -> list[int]:
+        marker = f"--machine={spec.machine} --directory={spec.directory(self.home) / 'merged'}"
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit() and _pid_alive(int(entry.name), marker):
+                pids.append(int(entry.name))
+        return pids
+
+    # status --------------------------------------------------------------
+    def status(self) -> list[dict]:
+        rows = []
+        for spec in self.nodes():
+            directory = spec.directory(self.home)
+            try:
+                boots = int((directory / "boots").read_text())
+            except (OSError, ValueError):
+                boots = 0
+            running = self.supervisor_pid(spec) is not None
+            rows.append(
+                {
+                    **asdict(spec),
+                    "running": running,
+                    "ssh": running and self.ssh_ok(spec),
+                    "boots": boots,
+                }
+            )
+        return rows

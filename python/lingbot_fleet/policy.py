@@ -1,0 +1,100 @@
+"""Validate inventory and extra-vars against every role's argument specs, early.
+
+Each role declares its public variables in `roles/<role>/meta/argument_specs.yml`; a
+variable whose name starts with a role's name is that role's. The check refuses wrong
+types and values, unknown names (with the closest known name), removed names (with what
+replaced them) and contradictions between variables, before any play touches a node.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+# Variables that existed once: name -> what to use instead.
+REMOVED_VARIABLES: dict[str, str] = {}
+
+Contradiction = Callable[[Mapping[str, Any]], list[str]]
+CONTRADICTIONS: dict[str, Contradiction] = {}
+
+
+@dataclass(frozen=True)
+class PolicyProblem:
+    variable: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.variable}: {self.message}"
+
+
+def contradiction(role: str) -> Callable[[Contradiction], Contradiction]:
+    def register(check: Contradiction) -> Contradiction:
+        CONTRADICTIONS[role] = check
+        return check
+
+    return register
+
+
+def load_role_specs(roles_dir: Path) -> dict[str, dict[str, Any]]:
+    """Role name -> the `main` entry point's options from meta/argument_specs.yml."""
+    specs: dict[str, dict[str, Any]] = {}
+    for spec_file in sorted(roles_dir.glob("*/meta/argument_specs.yml")):
+        document = yaml.safe_load(spec_file.read_text()) or {}
+        entry = document.get("argument_specs", {}).get("main", {})
+        specs[spec_file.parent.parent.name] = entry.get("options", {})
+    return specs
+
+
+def _role_of(name: str, roles: list[str]) -> str | None:
+    matches = [role for role in roles if name.startswith(f"{role}_")]
+    return max(matches, key=len) if matches else None
+
+
+def check_policy(
+    variables: Mapping[str, Any], role_specs: Mapping[str, Mapping[str, Any]]
+) -> list[PolicyProblem]:
+    """Return every problem with the role variables among `variables` (empty when fine)."""
+    problems: list[PolicyProblem] = []
+    for name, replacement in REMOVED_VARIABLES.items():
+        if name in variables:
+            problems.append(PolicyProblem(name, f"was removed; {replacement}"))
+    roles = sorted(role_specs)
+    by_role: dict[str, dict[str, Any]] = {role: {} for role in roles}
+    for name, value in variables.items():
+        role = _role_of(name, roles)
+        if role is not None and name not in REMOVED_VARIABLES:
+            by_role[role][name] = value
+    for role, params in by_role.items():
+        spec = dict(role_specs[role])
+        for name in sorted(set(params) - set(spec)):
+            close = difflib.get_close_matches(name, list(spec), n=1)
+            hint = f"did you mean {close[0]}?" if close else "no such variable"
+            problems.append(
+                PolicyProblem(
+                    name,
+                    f"unknown variable of role {role} ({hint} see roles/{role}/README.md)",
+                )
+            )
+            params.pop(name)
+        result = ArgumentSpecValidator(spec).validate(dict(params))
+        for error in result.errors:
+            message = str(error)
+            variable = next((n for n in sorted(spec, key=len, reverse=True) if n in message), role)
+            problems.append(
+                PolicyProblem(variable, f"{message} (fix it in the inventory or -e; role {role})")
+            )
+        check = CONTRADICTIONS.get(role)
+        if check is not None and not result.errors:
+            merged = {**_defaults(spec), **params}
+            problems.extend(PolicyProblem(role, message) for message in check(merged))
+    return problems
+
+
+def _defaults(spec: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: option["default"] for name, option in spec.items() if "default" in option}
