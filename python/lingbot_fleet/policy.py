@@ -90,7 +90,7 @@ def check_policy(
                 PolicyProblem(variable, f"{message} (fix it in the inventory or -e; role {role})")
             )
         check = CONTRADICTIONS.get(role)
-        if check is not None and not result.errors:
+        if check is not None and not result.error_messages:
             merged = {**_defaults(spec), **params}
             problems.extend(PolicyProblem(role, message) for message in check(merged))
     return problems
@@ -98,3 +98,17 @@ def check_policy(
 
 def _defaults(spec: Mapping[str, Any]) -> dict[str, Any]:
     return {name: option["default"] for name, option in spec.items() if "default" in option}
+
+
+@contradiction("kernel_cmdline")
+def _kernel_cmdline_contradictions(variables: Mapping[str, Any]) -> list[str]:
+    from .cmdline import PolicyError, build_policy  # noqa: PLC0415 - only for this role
+
+    present = dict(variables.get("kernel_cmdline_present") or {})
+    if variables.get("kernel_cmdline_pcie_aspm_off"):
+        present["pcie_aspm"] = "off"
+    try:
+        build_policy(present, variables.get("kernel_cmdline_absent") or [])
+    except PolicyError as error:
+        return [f"kernel_cmdline_present/kernel_cmdline_absent: {error}"]
+    return []

@@ -162,6 +162,7 @@ def _copy_tree(source: Path, destination: Path) -> None:
 
 
 def _install_lab_files(spec: NodeSpec, profile: dict, root: Path, public_key: str) -> None:
+    """Copy the node-side lab into the node's overlay and give it its identity."""
     for source, destination, mode in layout.NODE_FILES:
         _copy_file(layout.LAB_SOURCE / source, root / destination, mode)
     for source, destination in layout.NODE_TREES:
@@ -191,22 +192,8 @@ def _install_lab_files(spec: NodeSpec, profile: dict, root: Path, public_key: st
             (libdir / alias).symlink_to(real.name)
     subprocess.run(["ldconfig", "-r", str(root)], check=True)
 
-    boot = root / "boot"
-    boot.mkdir(exist_ok=True)
-    (boot / f"vmlinuz-{layout.KERNEL_VERSION}").write_bytes(b"")
-    (boot / f"initrd.img-{layout.KERNEL_VERSION}").write_bytes(b"")
-    (root / "etc/default/grub").write_text(_default_grub(profile))
-    (root / "etc/default/grub.d").mkdir(parents=True, exist_ok=True)
-    update = subprocess.run(
-        [str(root / "usr/sbin/update-grub")],
-        env={**os.environ, "LINGBOT_LAB_ROOT": str(root)},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if update.returncode != 0:
-        raise LabError(f"update-grub for node {spec.name} failed: {update.stderr}")
-
+    # The firmware unit writes /etc/default/grub and grub.cfg from the profile at the
+    # node's first boot (lab/node/lingbot_lab/firmware.py).
     ssh_dir = root / "root/.ssh"
     ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     (ssh_dir / "authorized_keys").write_text(public_key)
@@ -220,23 +207,6 @@ def _install_lab_files(spec: NodeSpec, profile: dict, root: Path, public_key: st
     (root / "etc/hostname").write_text(spec.name + "\n")
     (root / "etc/hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {spec.name}\n")
     (root / "etc/machine-id").write_text(os.urandom(16).hex() + "\n")
-
-
-def _default_grub(profile: dict) -> str:
-    boot = profile.get("boot", {})
-    return (
-        "# If you change this file, run 'update-grub' afterwards to update\n"
-        "# /boot/grub/grub.cfg.\n"
-        "# For full documentation of the options in this file, see:\n"
-        "#   info -f grub -n 'Simple configuration'\n\n"
-        "GRUB_DEFAULT=0\n"
-        "GRUB_TIMEOUT=5\n"
-        "GRUB_DISTRIBUTOR=`lsb_release -i -s 2> /dev/null || echo Debian`\n"
-        f'GRUB_CMDLINE_LINUX_DEFAULT="{boot.get("grub_cmdline_linux_default", "quiet")}"\n'
-        f'GRUB_CMDLINE_LINUX="{boot.get("grub_cmdline_linux", "")}"\n\n'
-        "# Uncomment to disable graphical terminal (grub-pc only)\n"
-        "#GRUB_TERMINAL=console\n"
-    )
 
 
 # ---------------------------------------------------------------- the lab

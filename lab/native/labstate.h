@@ -1,0 +1,106 @@
+/*
+ * Hardware state of a lab node, as the firmware wrote it at boot in
+ * $LINGBOT_LAB_ROOT/run/lingbot-lab/state.txt (see lab/CONTRACT.md), plus the
+ * live files next to it (persistence/<i>, busy/<i>).
+ *
+ * Shared by libnvidia-ml.so.1 and libcuda.so.1; nothing here is exported.
+ */
+#ifndef LINGBOT_LAB_STATE_H
+#define LINGBOT_LAB_STATE_H
+
+#include <stddef.h>
+
+#define LAB_MAX_GPUS 16
+#define LAB_MAX_NVLINK_GROUPS 8
+#define LAB_MAX_NUMA_NODES 16
+#define LAB_TEXT_LEN 96
+#define LAB_PATH_LEN 4096
+#define LAB_ERROR_LEN 512
+
+/* Remote end of an NVLink group: a GPU index, or this value for an NVSwitch. */
+#define LAB_NVLINK_TO_NVSWITCH (-1)
+
+enum lab_p2p_cap { LAB_P2P_READ, LAB_P2P_WRITE, LAB_P2P_NVLINK, LAB_P2P_ATOMICS, LAB_P2P_PROP,
+                   LAB_P2P_CAP_COUNT };
+
+typedef struct {
+    int present; /* 0 when the state says null (no such path) */
+    double gbytes_per_s;
+    double bidir_gbytes_per_s;
+    double latency_ns;
+} lab_path_t;
+
+typedef struct {
+    int count;
+    int to; /* GPU index or LAB_NVLINK_TO_NVSWITCH */
+} lab_nvlink_group_t;
+
+typedef struct {
+    char bdf[LAB_TEXT_LEN];
+    unsigned domain, bus, device, function;
+    char name[LAB_TEXT_LEN];
+    char brand[LAB_TEXT_LEN];
+    char uuid[LAB_TEXT_LEN];
+    char serial[LAB_TEXT_LEN];
+    unsigned pci_device_id;    /* NVML form: (device << 16) | 0x10de */
+    unsigned pci_subsystem_id;
+    unsigned long long memory_total_bytes;
+    int numa_node; /* -1 when the kernel has no NUMA information */
+    char cpu_list[LAB_TEXT_LEN * 4];
+    int max_gen_gpu, max_width_gpu, max_gen, max_width, width, gen_load, gen_idle;
+    double h2d_gbytes_per_s, d2h_gbytes_per_s, host_latency_ns;
+    int nvlink_group_count;
+    lab_nvlink_group_t nvlinks[LAB_MAX_NVLINK_GROUPS];
+    int mig_mode;
+    int lost;
+    int fail_after_copies; /* 0: never */
+    int persistence_default;
+} lab_gpu_t;
+
+typedef struct {
+    char topology[16];
+    int topology_level;
+    int nvlink_count;
+    char p2p_status[LAB_P2P_CAP_COUNT][8]; /* nvidia-smi words: OK, CNS, GNS, TNS, NS, U */
+    lab_path_t p2p;
+    lab_path_t host_staged;
+    int p2p_drops_writes;
+} lab_pair_t;
+
+typedef struct {
+    char driver_version[LAB_TEXT_LEN];
+    char nvml_version[LAB_TEXT_LEN];
+    int cuda_driver_version;
+    char iommu_mode[LAB_TEXT_LEN];
+    int acpi_pci;
+    int numa_node_count;
+    int numa_node_ids[LAB_MAX_NUMA_NODES];
+    int gpu_count;
+    lab_gpu_t gpus[LAB_MAX_GPUS];
+    lab_pair_t pairs[LAB_MAX_GPUS][LAB_MAX_GPUS]; /* [a][b], a != b */
+} lab_state_t;
+
+/* Path of a run-time file: $LINGBOT_LAB_ROOT/run/lingbot-lab/<relative>. */
+void lab_run_path(char *out, size_t out_len, const char *relative);
+
+/* Reads state.txt into *state. Returns 0, or -1 with a message in error. */
+int lab_state_load(lab_state_t *state, char *error, size_t error_len);
+
+/* Persistence mode of GPU index: persistence/<i> if present, else the default. */
+int lab_persistence_get(const lab_state_t *state, int index);
+/* Writes persistence/<i>. Returns 0, or -1 (errno set). */
+int lab_persistence_set(int index, int enabled);
+
+/* Whether busy/<i> holds an epoch time still in the future. */
+int lab_gpu_is_busy(int index);
+/* Writes busy/<i> = max(current value, now + seconds). Errors are ignored. */
+void lab_gpu_mark_busy(int index, double seconds);
+
+/* Parses "0000:41:00.0" or "00000000:41:00.0". Returns 0 or -1. */
+int lab_parse_bdf(const char *text, unsigned *domain, unsigned *bus, unsigned *device,
+                  unsigned *function);
+
+/* Parses a cpulist such as "0-15,32-47" into a bitmask of 64-bit words. */
+int lab_parse_cpu_list(const char *text, unsigned long *mask_words, unsigned word_count);
+
+#endif

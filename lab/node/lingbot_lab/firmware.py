@@ -1,0 +1,110 @@
+"""Boot-time firmware: cmdline -> boot_id -> state -> sysfs -> bind mounts (CONTRACT.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+from lingbot_lab import LAB_PROFILE_PATH, LAB_RUN_DIR
+from lingbot_lab.grubcfg import boot_cmdline, install_boot_config, root_path, write_atomically
+from lingbot_lab.hwstate import compute_state, flatten_state
+from lingbot_lab.profile import load_profile_json
+from lingbot_lab.sysfs import render_sysfs
+
+# Written once, when the node's overlay first boots: the OS "installation" is done.
+INSTALLED_MARKER = "var/lib/lingbot-lab/boot-config-installed"
+# (source under /run/lingbot-lab, target in the node). A single file under /proc/sys
+# cannot be a mount point, so boot_id comes with a copy of its directory.
+RANDOM_DIR = "/proc/sys/kernel/random"
+BIND_MOUNTS = (
+    ("cmdline", "/proc/cmdline"),
+    ("random", RANDOM_DIR),
+    ("sys/bus/pci/devices", "/sys/bus/pci/devices"),
+    ("sys/kernel/iommu_groups", "/sys/kernel/iommu_groups"),
+)
+
+
+def run_dir(root: str) -> Path:
+    return root_path(root, LAB_RUN_DIR.lstrip("/"))
+
+
+def ensure_installed(root: str, profile: dict[str, Any]) -> list[str]:
+    """First boot only: write the boot configuration the profile describes."""
+    marker = root_path(root, INSTALLED_MARKER)
+    if marker.exists():
+        return []
+    written = install_boot_config(root, profile)
+    write_atomically(marker, "1\n")
+    return written
+
+
+def boot(root: str, profile_path: Path, link_prefix: str) -> dict[str, Any]:
+    """Every boot step except the mounts; returns the state."""
+    profile = load_profile_json(profile_path)
+    ensure_installed(root, profile)
+    cmdline = boot_cmdline(root, profile)
+    lab = run_dir(root)
+    lab.mkdir(parents=True, exist_ok=True)
+    write_atomically(lab / "cmdline", cmdline + "\n")
+    write_atomically(lab / "boot_id", f"{uuid.uuid4()}\n")
+    copy_random_dir(root, lab)
+    state = compute_state(profile, cmdline)
+    write_atomically(lab / "state.json", json.dumps(state, indent=2) + "\n")
+    write_atomically(lab / "state.txt", flatten_state(state))
+    (lab / "persistence").mkdir(exist_ok=True)
+    (lab / "busy").mkdir(exist_ok=True)
+    render_sysfs(state, profile, lab, link_prefix)
+    return state
+
+
+def copy_random_dir(root: str, lab: Path) -> None:
+    """A copy of /proc/sys/kernel/random with this boot's boot_id, to bind over it."""
+    random_dir = lab / "random"
+    random_dir.mkdir(exist_ok=True)
+    source = root_path(root, RANDOM_DIR.lstrip("/"))
+    if source.is_dir():
+        for entry in source.iterdir():
+            if entry.name != "boot_id":
+                try:
+                    (random_dir / entry.name).write_text(entry.read_text())
+                except OSError:
+                    continue
+    (random_dir / "boot_id").write_text((lab / "boot_id").read_text())
+
+
+def bind_mounts(root: str) -> None:
+    """mount --bind each lab file or directory over the node's own."""
+    lab = run_dir(root)
+    for source, target in BIND_MOUNTS:
+        subprocess.run(["mount", "--bind", str(lab / source), target], check=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="lingbot-lab-firmware", description="Bring up the simulated hardware for this boot."
+    )
+    parser.add_argument("--no-mount", action="store_true", help="do everything but the mounts")
+    parser.add_argument("--profile", help=f"profile JSON (default {LAB_PROFILE_PATH})")
+    options = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    root = os.environ.get("LINGBOT_LAB_ROOT", "")
+    profile_path = Path(options.profile or root_path(root, LAB_PROFILE_PATH.lstrip("/")))
+    link_prefix = str(run_dir(root)) if root else LAB_RUN_DIR
+    try:
+        state = boot(root, profile_path, link_prefix)
+        if not options.no_mount:
+            bind_mounts(root)
+    except (OSError, ValueError, subprocess.CalledProcessError) as error:
+        print(f"lingbot-lab-firmware: {error}", file=sys.stderr)
+        return 1
+    gpus = len(state["gpus"])
+    print(
+        f"lingbot-lab-firmware: {state['profile']}: {gpus} GPUs,"
+        f" iommu {state['boot']['iommu_mode']}, cmdline: {state['boot']['cmdline']}"
+    )
+    return 0

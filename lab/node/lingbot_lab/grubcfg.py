@@ -1,0 +1,413 @@
+"""The node's boot loader configuration: /etc/default/grub, grub.cfg, BLS entries, grubenv.
+
+Every function takes `root`, the path prefix of the node's file system ("" or "/" in the
+node, a temp dir in host tests; see LINGBOT_LAB_ROOT).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lingbot_lab.hwstate import tokenize_cmdline
+from lingbot_lab.profile import DEFAULT_ROOT_UUID
+
+DEFAULT_GRUB = "etc/default/grub"
+DEFAULT_GRUB_DROPINS = "etc/default/grub.d"
+GRUB_CFG = "boot/grub/grub.cfg"
+BLS_ENTRIES = "boot/loader/entries"
+GRUBENV_PATHS = ("boot/grub2/grubenv", "boot/grub/grubenv")
+GRUBENV_BYTES = 1024
+MACHINE_ID = "etc/machine-id"
+DEFAULT_MACHINE_ID = "4c1a9e7d2b3f4a6c8e0d1f2a3b4c5d6e"
+GRUB_VARIABLES = (
+    "GRUB_DEFAULT",
+    "GRUB_TIMEOUT",
+    "GRUB_DISTRIBUTOR",
+    "GRUB_CMDLINE_LINUX",
+    "GRUB_CMDLINE_LINUX_DEFAULT",
+    "GRUB_DISABLE_RECOVERY",
+    "GRUB_DISABLE_SUBMENU",
+)
+# Sources the settings exactly as grub-mkconfig does, then prints them NUL-separated.
+SOURCE_SETTINGS_SCRIPT = """set -a
+lingbot_lab_root="$1"
+shift
+if test -f "${lingbot_lab_root}/etc/default/grub" ; then
+  . "${lingbot_lab_root}/etc/default/grub"
+fi
+for lingbot_lab_x in "${lingbot_lab_root}"/etc/default/grub.d/*.cfg ; do
+  if [ -e "${lingbot_lab_x}" ]; then
+    . "${lingbot_lab_x}"
+  fi
+done
+for lingbot_lab_name in "$@" ; do
+  eval "lingbot_lab_value=\\"\\${${lingbot_lab_name}}\\""
+  printf '%s=%s\\0' "${lingbot_lab_name}" "${lingbot_lab_value}"
+done
+"""
+
+
+class GrubConfigError(RuntimeError):
+    """The grub settings could not be read (the message is the shell's, as update-grub's)."""
+
+
+@dataclass(frozen=True)
+class BlsEntry:
+    entry_id: str  # file name without .conf
+    fields: dict[str, str]
+
+    @property
+    def kernel(self) -> str:
+        linux = self.fields.get("linux", "")
+        return linux if linux.startswith("/boot/") else f"/boot{linux}"
+
+    @property
+    def options(self) -> str:
+        return self.fields.get("options", "")
+
+
+def root_path(root: str | Path, relative: str) -> Path:
+    return Path(str(root) or "/") / relative
+
+
+def version_key(version: str) -> list[tuple[int, int | str]]:
+    """Natural version order: '5.14.0-362.8.1' < '5.14.0-362.24.1'."""
+    return [
+        (0, int(chunk)) if chunk.isdigit() else (1, chunk)
+        for chunk in re.findall(r"\d+|[^\d]+", version)
+    ]
+
+
+def read_grub_settings(root: str | Path) -> dict[str, str]:
+    """Source /etc/default/grub and grub.d/*.cfg with /bin/sh like grub-mkconfig."""
+    completed = subprocess.run(
+        [
+            "/bin/sh",
+            "-c",
+            SOURCE_SETTINGS_SCRIPT,
+            "/usr/sbin/grub-mkconfig",
+            str(root).rstrip("/"),
+            *GRUB_VARIABLES,
+        ],
+        capture_output=True,
+        check=False,
+        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"},
+    )
+    if completed.returncode != 0:
+        message = completed.stderr.decode("utf-8", "replace").strip()
+        raise GrubConfigError(message or f"/bin/sh exited with status {completed.returncode}")
+    settings: dict[str, str] = {}
+    for record in completed.stdout.decode("utf-8", "replace").split("\0"):
+        if record:
+            name, _, value = record.partition("=")
+            settings[name] = value
+    return settings
+
+
+def linux_versions(root: str | Path) -> list[str]:
+    """Kernel versions with a /boot/vmlinuz-<version>, newest first (like 10_linux)."""
+    boot = root_path(root, "boot")
+    versions = [path.name[len("vmlinuz-") :] for path in boot.glob("vmlinuz-*")]
+    return sorted(versions, key=version_key, reverse=True)
+
+
+def _is_true(value: str) -> bool:
+    return value in ("true", "y")
+
+
+def _menuentry(
+    title: str,
+    *,
+    entry_class: str,
+    entry_id: str,
+    version: str,
+    root_uuid: str,
+    args: str,
+    indent: str,
+) -> list[str]:
+    lines = [
+        f"menuentry '{title}' {entry_class}--class gnu-linux --class gnu --class os"
+        f" $menuentry_id_option '{entry_id}' {{",
+        "\tload_video",
+        "\tinsmod gzio",
+        "\tinsmod part_gpt",
+        "\tinsmod ext2",
+        f"\tsearch --no-floppy --fs-uuid --set=root {root_uuid}",
+        f"\techo\t'Loading Linux {version} ...'",
+        f"\tlinux\t/boot/vmlinuz-{version} root=UUID={root_uuid} ro {args}",
+        "\techo\t'Loading initial ramdisk ...'",
+        f"\tinitrd\t/boot/initrd.img-{version}",
+        "}",
+    ]
+    return [indent + line for line in lines]
+
+
+def render_grub_cfg(settings: dict[str, str], versions: list[str], root_uuid: str) -> str:
+    """grub.cfg as grub-mkconfig's 00_header and 10_linux write it."""
+    distributor = settings.get("GRUB_DISTRIBUTOR", "")
+    os_name = f"{distributor} GNU/Linux" if distributor else "GNU/Linux"
+    entry_class = f"--class {distributor.split(' ')[0].lower()} " if distributor else ""
+    default_args = (
+        f"{settings.get('GRUB_CMDLINE_LINUX', '')} {settings.get('GRUB_CMDLINE_LINUX_DEFAULT', '')}"
+    )
+    recovery_args = f"single {settings.get('GRUB_CMDLINE_LINUX', '')}"
+    lines = [
+        "#",
+        "# DO NOT EDIT THIS FILE",
+        "#",
+        "# It is automatically generated by grub-mkconfig using templates",
+        "# from /etc/grub.d and settings from /etc/default/grub",
+        "#",
+        "",
+        "### BEGIN /etc/grub.d/00_header ###",
+        "if [ -s $prefix/grubenv ]; then",
+        "  load_env",
+        "fi",
+        f'set default="{settings.get("GRUB_DEFAULT", "0") or "0"}"',
+        'if [ x"${feature_menuentry_id}" = xy ]; then',
+        '  menuentry_id_option="--id"',
+        "else",
+        '  menuentry_id_option=""',
+        "fi",
+        f"set timeout={settings.get('GRUB_TIMEOUT', '5') or '5'}",
+        "### END /etc/grub.d/00_header ###",
+        "",
+        "### BEGIN /etc/grub.d/10_linux ###",
+    ]
+    for position, version in enumerate(versions):
+        if position == 0:
+            lines += _menuentry(
+                os_name,
+                entry_class=entry_class,
+                entry_id=f"gnulinux-simple-{root_uuid}",
+                version=version,
+                root_uuid=root_uuid,
+                args=default_args,
+                indent="",
+            )
+            if not _is_true(settings.get("GRUB_DISABLE_SUBMENU", "")):
+                lines.append(
+                    f"submenu 'Advanced options for {os_name}' $menuentry_id_option"
+                    f" 'gnulinux-advanced-{root_uuid}' {{"
+                )
+        indent = "" if _is_true(settings.get("GRUB_DISABLE_SUBMENU", "")) else "\t"
+        lines += _menuentry(
+            f"{os_name}, with Linux {version}",
+            entry_class=entry_class,
+            entry_id=f"gnulinux-{version}-advanced-{root_uuid}",
+            version=version,
+            root_uuid=root_uuid,
+            args=default_args,
+            indent=indent,
+        )
+        if not _is_true(settings.get("GRUB_DISABLE_RECOVERY", "")):
+            lines += _menuentry(
+                f"{os_name}, with Linux {version} (recovery mode)",
+                entry_class=entry_class,
+                entry_id=f"gnulinux-{version}-recovery-{root_uuid}",
+                version=version,
+                root_uuid=root_uuid,
+                args=recovery_args,
+                indent=indent,
+            )
+    if versions and not _is_true(settings.get("GRUB_DISABLE_SUBMENU", "")):
+        lines.append("}")
+    lines += ["", "### END /etc/grub.d/10_linux ###", ""]
+    return "\n".join(lines)
+
+
+def write_atomically(path: Path, content: str | bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = content.encode("utf-8") if isinstance(content, str) else content
+    descriptor, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(data)
+    os.chmod(temp_name, 0o644)
+    os.replace(temp_name, path)
+
+
+def first_linux_line(grub_cfg: str) -> list[str] | None:
+    """Tokens of the first `linux` command (kernel path first), or None."""
+    for line in grub_cfg.splitlines():
+        tokens = tokenize_cmdline(line)
+        if tokens and tokens[0] in ("linux", "linuxefi"):
+            return tokens[1:]
+    return None
+
+
+def read_grubenv(root: str | Path) -> dict[str, str]:
+    for relative in GRUBENV_PATHS:
+        path = root_path(root, relative)
+        if path.is_file():
+            values: dict[str, str] = {}
+            for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+                if line and not line.startswith("#") and "=" in line:
+                    key, _, value = line.partition("=")
+                    values[key] = value
+            return values
+    return {}
+
+
+def write_grubenv(root: str | Path, relative: str, values: dict[str, str]) -> None:
+    """A grub environment block: fixed 1024 bytes padded with '#'."""
+    body = "# GRUB Environment Block\n" + "".join(f"{k}={v}\n" for k, v in values.items())
+    if len(body) > GRUBENV_BYTES:
+        raise ValueError(f"{relative}: environment block over {GRUBENV_BYTES} bytes")
+    write_atomically(root_path(root, relative), body + "#" * (GRUBENV_BYTES - len(body)))
+
+
+def read_bls_entries(root: str | Path) -> list[BlsEntry]:
+    """BLS entries in grubby's index order (newest version first)."""
+    entries: list[BlsEntry] = []
+    for path in root_path(root, BLS_ENTRIES).glob("*.conf"):
+        fields: dict[str, str] = {}
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            stripped = line.strip()
+            if stripped and not stripped.startswith("#"):
+                key, _, value = stripped.partition(" ")
+                fields[key] = value.strip()
+        entries.append(BlsEntry(path.name[: -len(".conf")], fields))
+    return sorted(
+        entries, key=lambda e: (version_key(e.fields.get("version", "")), e.entry_id), reverse=True
+    )
+
+
+def default_bls_index(root: str | Path, entries: list[BlsEntry]) -> int:
+    saved = read_grubenv(root).get("saved_entry", "")
+    for index, entry in enumerate(entries):
+        if entry.entry_id == saved:
+            return index
+    return 0
+
+
+def bls_options(root: str | Path, entry: BlsEntry) -> str:
+    """The entry's options with $kernelopts expanded from grubenv (RHEL 8 style)."""
+    options = entry.options
+    if "$kernelopts" in options:
+        options = options.replace("$kernelopts", read_grubenv(root).get("kernelopts", ""))
+    return options
+
+
+def write_bls_entry(root: str | Path, entry: BlsEntry) -> None:
+    path = root_path(root, BLS_ENTRIES) / f"{entry.entry_id}.conf"
+    write_atomically(path, "".join(f"{key} {value}\n" for key, value in entry.fields.items()))
+
+
+def profile_cmdline(profile: dict[str, Any]) -> str:
+    boot = profile["boot"]
+    args = f"{boot['grub_cmdline_linux']} {boot['grub_cmdline_linux_default']}"
+    return f"root=UUID={boot['root_uuid']} ro {args}"
+
+
+def boot_cmdline(root: str | Path, profile: dict[str, Any]) -> str:
+    """The running kernel's /proc/cmdline for the default boot entry (CONTRACT.md step 1)."""
+    entries = read_bls_entries(root)
+    if entries:
+        entry = entries[default_bls_index(root, entries)]
+        tokens = [f"BOOT_IMAGE={entry.kernel}", *tokenize_cmdline(bls_options(root, entry))]
+        return " ".join(tokens)
+    grub_cfg = root_path(root, GRUB_CFG)
+    linux = first_linux_line(grub_cfg.read_text(encoding="utf-8")) if grub_cfg.is_file() else None
+    if linux:
+        return " ".join([f"BOOT_IMAGE={linux[0]}", *linux[1:]])
+    kernel = f"/boot/vmlinuz-{profile['boot']['kernel_version']}"
+    return " ".join([f"BOOT_IMAGE={kernel}", *tokenize_cmdline(profile_cmdline(profile))])
+
+
+def shell_double_quoted(value: str) -> str:
+    escaped = re.sub(r'(["\\$`])', r"\\\1", value)
+    return f'"{escaped}"'
+
+
+def render_default_grub(profile: dict[str, Any]) -> str:
+    """/etc/default/grub as the distribution installs it, with the profile's cmdline."""
+    boot = profile["boot"]
+    if profile["os_family"] == "RedHat":
+        head = [
+            "GRUB_TIMEOUT=5",
+            "GRUB_DISTRIBUTOR=\"$(sed 's, release .*$,,g' /etc/system-release 2>/dev/null)\"",
+            "GRUB_DEFAULT=saved",
+            "GRUB_DISABLE_SUBMENU=true",
+            'GRUB_TERMINAL_OUTPUT="console"',
+        ]
+        tail = ['GRUB_DISABLE_RECOVERY="true"', "GRUB_ENABLE_BLSCFG=true"]
+        cmdline_linux = f"{boot['grub_cmdline_linux']} {boot['grub_cmdline_linux_default']}"
+        body = [f"GRUB_CMDLINE_LINUX={shell_double_quoted(cmdline_linux.strip())}"]
+        return "\n".join([*head, *body, *tail]) + "\n"
+    return "\n".join(
+        [
+            "# If you change this file, run 'update-grub' afterwards to update",
+            "# /boot/grub/grub.cfg.",
+            "# For full documentation of the options in this file, see:",
+            "#   info -f grub -n 'Simple configuration'",
+            "",
+            "GRUB_DEFAULT=0",
+            "GRUB_TIMEOUT=5",
+            "GRUB_DISTRIBUTOR=`lsb_release -i -s 2> /dev/null || echo Debian`",
+            f"GRUB_CMDLINE_LINUX_DEFAULT={shell_double_quoted(boot['grub_cmdline_linux_default'])}",
+            f"GRUB_CMDLINE_LINUX={shell_double_quoted(boot['grub_cmdline_linux'])}",
+            "",
+        ]
+    )
+
+
+def machine_id(root: str | Path) -> str:
+    path = root_path(root, MACHINE_ID)
+    text = path.read_text(encoding="ascii").strip() if path.is_file() else ""
+    return text or DEFAULT_MACHINE_ID
+
+
+def root_uuid(root: str | Path, profile: dict[str, Any] | None) -> str:
+    return profile["boot"]["root_uuid"] if profile else DEFAULT_ROOT_UUID
+
+
+def generate_grub_cfg(root: str | Path, profile: dict[str, Any] | None) -> tuple[str, list[str]]:
+    """(grub.cfg text, kernel versions found); raises GrubConfigError like grub-mkconfig."""
+    settings = read_grub_settings(root)
+    versions = linux_versions(root)
+    return render_grub_cfg(settings, versions, root_uuid(root, profile)), versions
+
+
+def install_boot_config(root: str | Path, profile: dict[str, Any]) -> list[str]:
+    """What the OS installer leaves: kernel files, /etc/default/grub, grub.cfg or BLS entry.
+
+    Returns the files written (relative to root).
+    """
+    version = profile["boot"]["kernel_version"]
+    written: list[str] = []
+    for relative in (f"boot/vmlinuz-{version}", f"boot/initrd.img-{version}"):
+        path = root_path(root, relative)
+        if not path.exists():
+            write_atomically(path, b"")
+            written.append(relative)
+    write_atomically(root_path(root, DEFAULT_GRUB), render_default_grub(profile))
+    written.append(DEFAULT_GRUB)
+    if profile["os_family"] == "RedHat":
+        entry_id = f"{machine_id(root)}-{version}"
+        entry = BlsEntry(
+            entry_id,
+            {
+                "title": f"Red Hat Enterprise Linux ({version})",
+                "version": version,
+                "linux": f"/vmlinuz-{version}",
+                "initrd": f"/initramfs-{version}.img",
+                "options": " ".join(tokenize_cmdline(profile_cmdline(profile))),
+                "grub_users": "$grub_users",
+                "grub_arg": "--unrestricted",
+                "grub_class": "kernel",
+            },
+        )
+        write_bls_entry(root, entry)
+        write_grubenv(root, GRUBENV_PATHS[0], {"saved_entry": entry_id})
+        written += [f"{BLS_ENTRIES}/{entry_id}.conf", GRUBENV_PATHS[0]]
+    else:
+        text, _ = generate_grub_cfg(root, profile)
+        write_atomically(root_path(root, GRUB_CFG), text)
+        written.append(GRUB_CFG)
+    return written

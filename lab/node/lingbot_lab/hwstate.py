@@ -1,0 +1,315 @@
+"""Hardware state: profile + running kernel command line -> state (lab/CONTRACT.md "State")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lingbot_lab.profile import NVIDIA_VENDOR_ID, format_cpulist, parse_cpulist
+
+STATE_SCHEMA = 1
+TOPOLOGY_LEVELS = {"PIX": 10, "PXB": 20, "PHB": 30, "NODE": 40, "SYS": 50}
+SWITCH_KINDS = ("switch_upstream", "switch_downstream", "chipset_port")
+ISOLATING_ACS_FLAGS = ("source_validation", "request_redirect", "completion_redirect")
+IOMMU_GROUP_TYPES = {"passthrough": "identity", "translated": "DMA-FQ"}
+
+
+def tokenize_cmdline(cmdline: str) -> list[str]:
+    """Split a kernel command line like the kernel does: spaces outside double quotes."""
+    tokens: list[str] = []
+    current: list[str] = []
+    in_quotes = False
+    for char in cmdline:
+        if char == '"':
+            in_quotes = not in_quotes
+            current.append(char)
+        elif char.isspace() and not in_quotes:
+            if current:
+                tokens.append("".join(current))
+                current = []
+        else:
+            current.append(char)
+    if current:
+        tokens.append("".join(current))
+    return tokens
+
+
+def cmdline_params(cmdline: str) -> list[tuple[str, str | None]]:
+    """Tokens as (key, value) pairs; value None for bare flags, quotes removed from values."""
+    params: list[tuple[str, str | None]] = []
+    for token in tokenize_cmdline(cmdline):
+        key, equals, value = token.partition("=")
+        params.append((key, value.replace('"', "") if equals else None))
+    return params
+
+
+def has_pci_noacpi(cmdline: str) -> bool:
+    return any(
+        key == "pci" and value is not None and "noacpi" in value.split(",")
+        for key, value in cmdline_params(cmdline)
+    )
+
+
+def iommu_mode(cmdline: str, cpu_vendor: str, iommu_default: str) -> str:
+    """off | translated | passthrough, following the CONTRACT.md rules in order."""
+    params = set(cmdline_params(cmdline))
+    if ("iommu", "pt") in params or ("iommu.passthrough", "1") in params:
+        return "passthrough"
+    vendor_param = "intel_iommu" if cpu_vendor == "Intel" else "amd_iommu"
+    if ("iommu", "off") in params or (vendor_param, "off") in params:
+        return "off"
+    if (vendor_param, "on") in params:
+        return "translated"
+    return iommu_default
+
+
+def ancestors(profile: dict[str, Any], bdf: str) -> list[str]:
+    """Port bdfs from the device's parent up to (and including) its host bridge id."""
+    parents = {port["bdf"]: port["parent"] for port in profile["pcie_ports"]}
+    parents.update({gpu["bdf"]: gpu["parent"] for gpu in profile["gpus"]})
+    chain: list[str] = []
+    current = parents[bdf]
+    while True:
+        chain.append(current)
+        if current not in parents:
+            return chain
+        current = parents[current]
+
+
+def host_bridge_numa(profile: dict[str, Any], host_bridge_id: str) -> int:
+    return next(b["numa_node"] for b in profile["host_bridges"] if b["id"] == host_bridge_id)
+
+
+def pcie_topology(profile: dict[str, Any], bdf_a: str, bdf_b: str) -> str:
+    """PIX | PXB | PHB | NODE | SYS from the PCIe tree."""
+    chain_a = ancestors(profile, bdf_a)
+    chain_b = ancestors(profile, bdf_b)
+    if chain_a[-1] != chain_b[-1]:
+        same_node = host_bridge_numa(profile, chain_a[-1]) == host_bridge_numa(profile, chain_b[-1])
+        return "NODE" if same_node else "SYS"
+    common = next(bridge for bridge in chain_a if bridge in chain_b)
+    kinds = {port["bdf"]: port["kind"] for port in profile["pcie_ports"]}
+    if kinds.get(common) not in SWITCH_KINDS:
+        return "PHB"
+    below_a = chain_a.index(common)
+    below_b = chain_b.index(common)
+    return "PIX" if max(below_a, below_b) <= 1 else "PXB"
+
+
+def nvlink_count(profile: dict[str, Any], index_a: int, index_b: int) -> int:
+    """Direct links between the two, or through a shared NVSwitch the smaller link count."""
+    links_a = profile["gpus"][index_a]["nvlinks"]
+    links_b = profile["gpus"][index_b]["nvlinks"]
+    direct = sum(link["count"] for link in links_a if link["to"] == index_b)
+    direct = max(direct, sum(link["count"] for link in links_b if link["to"] == index_a))
+    switch_a = sum(link["count"] for link in links_a if link["to"] == "nvswitch")
+    switch_b = sum(link["count"] for link in links_b if link["to"] == "nvswitch")
+    return direct + min(switch_a, switch_b)
+
+
+def isolated_by_acs(port: dict[str, Any]) -> bool:
+    return all(port["acs"][flag] for flag in ISOLATING_ACS_FLAGS)
+
+
+def iommu_groups(profile: dict[str, Any], mode: str) -> dict[str, int]:
+    """IOMMU group number per port and GPU bdf; empty with the IOMMU off.
+
+    Ports get their own group. Below a switch or chipset, the highest downstream port that
+    does not isolate (ACS source validation + request and completion redirect) puts every
+    device below its upstream port's bus in one group. Numbers follow bus order from 0.
+    """
+    if mode == "off":
+        return {}
+    ports = {port["bdf"]: port for port in profile["pcie_ports"]}
+    devices = sorted([*ports, *(gpu["bdf"] for gpu in profile["gpus"])])
+    keys: dict[str, str] = {}
+    for bdf in devices:
+        key = bdf
+        for bridge in [bdf, *ancestors(profile, bdf)]:
+            port = ports.get(bridge)
+            if (
+                port is not None
+                and bridge != bdf
+                and port["kind"] not in ("root_port", "switch_upstream")
+                and not isolated_by_acs(port)
+            ):
+                key = f"below {port['parent']}"
+        keys[bdf] = key
+    numbers: dict[str, int] = {}
+    groups: dict[str, int] = {}
+    for bdf in devices:
+        groups[bdf] = numbers.setdefault(keys[bdf], len(numbers))
+    return groups
+
+
+def _p2p_status(
+    pair_lost: bool, noacpi: bool, geforce: bool, supported: bool, nvlinks: int
+) -> dict[str, str]:
+    link_word = "OK" if nvlinks else "NS"
+    if pair_lost:
+        return dict.fromkeys(("read", "write", "nvlink", "atomics", "prop"), "U")
+    if noacpi:
+        base = "CNS"
+    elif geforce:
+        base = "GNS"
+    elif not supported:
+        base = "TNS"
+    else:
+        return {
+            "read": "OK",
+            "write": "OK",
+            "nvlink": link_word,
+            "atomics": link_word,
+            "prop": "OK",
+        }
+    return {"read": base, "write": base, "nvlink": link_word, "atomics": base, "prop": base}
+
+
+def _gpu_state(
+    profile: dict[str, Any], index: int, noacpi: bool, groups: dict[str, int]
+) -> dict[str, Any]:
+    gpu = profile["gpus"][index]
+    nodes = profile["numa_nodes"]
+    numa_node = host_bridge_numa(profile, ancestors(profile, gpu["bdf"])[-1])
+    all_cpus = [cpu for node in nodes for cpu in parse_cpulist(node["cpus"])]
+    faults = profile["faults"]
+    link = gpu["link"]
+    return {
+        "index": index,
+        "bdf": gpu["bdf"],
+        "name": gpu["model"],
+        "brand": gpu["brand"],
+        "uuid": gpu["uuid"],
+        "serial": gpu["serial"],
+        "pci_device_id": (gpu["pci_device_id"] << 16) | NVIDIA_VENDOR_ID,
+        "pci_subsystem_id": (gpu["pci_subsystem_device_id"] << 16) | NVIDIA_VENDOR_ID,
+        "memory_total_bytes": gpu["memory_mib"] * 1024 * 1024,
+        "numa_node": -1 if noacpi else numa_node,
+        "cpu_list": format_cpulist(all_cpus) if noacpi else nodes[numa_node]["cpus"],
+        "link": {
+            "max_gen_gpu": link["max_gen_gpu"],
+            "max_width_gpu": link["max_width_gpu"],
+            "max_gen": link["max_gen"],
+            "max_width": link["max_width"],
+            "width": link["width"],
+            "gen_load": link["max_gen"],
+            "gen_idle": link["gen_idle"],
+        },
+        "host": dict(gpu["host"]),
+        "nvlinks": [dict(nvlink) for nvlink in gpu["nvlinks"]],
+        "mig_mode": 1 if gpu["mig"] else 0,
+        "lost": any(f["kind"] == "gpu_lost" and f["gpu"] == index for f in faults),
+        "fail_after_copies": next(
+            (
+                f["copies"]
+                for f in faults
+                if f["kind"] == "device_fails_after_copies" and f["gpu"] == index
+            ),
+            0,
+        ),
+        "persistence_default": gpu["persistence_default"],
+        "iommu_group": groups.get(gpu["bdf"]),
+    }
+
+
+def _pair_state(
+    profile: dict[str, Any], gpus: list[dict[str, Any]], a: int, b: int, *, noacpi: bool, mode: str
+) -> dict[str, Any]:
+    path = next(p for p in profile["paths"] if sorted(p["between"]) == sorted([a, b]))
+    nvlinks = nvlink_count(profile, a, b)
+    pcie_word = pcie_topology(profile, gpus[a]["bdf"], gpus[b]["bdf"])
+    geforce = "GeForce" in (gpus[a]["brand"], gpus[b]["brand"])
+    status = _p2p_status(
+        gpus[a]["lost"] or gpus[b]["lost"], noacpi, geforce, path["p2p"] is not None, nvlinks
+    )
+    p2p = None
+    if status["read"] == "OK":
+        translated = path["p2p_iommu_translated"] if mode == "translated" else None
+        p2p = dict(translated or path["p2p"])
+    drop_fault = any(f["kind"] == "p2p_write_drop_when_iommu_translated" for f in profile["faults"])
+    return {
+        "a": a,
+        "b": b,
+        "topology": f"NV{nvlinks}" if nvlinks else pcie_word,
+        "topology_level": TOPOLOGY_LEVELS[pcie_word],
+        "nvlink_count": nvlinks,
+        "p2p_status": status,
+        "p2p": p2p,
+        "host_staged": dict(path["host_staged"]),
+        "p2p_drops_writes": drop_fault and mode == "translated",
+    }
+
+
+def compute_state(profile: dict[str, Any], cmdline: str) -> dict[str, Any]:
+    """The machine as the running kernel sees it; profile must come from validate_profile."""
+    noacpi = has_pci_noacpi(cmdline)
+    mode = iommu_mode(cmdline, profile["cpu"]["vendor"], profile["boot"]["iommu_default"])
+    groups = iommu_groups(profile, mode)
+    gpus = [_gpu_state(profile, i, noacpi, groups) for i in range(len(profile["gpus"]))]
+    pairs = [
+        _pair_state(profile, gpus, a, b, noacpi=noacpi, mode=mode)
+        for a in range(len(gpus))
+        for b in range(len(gpus))
+        if a != b
+    ]
+    driver = profile["driver"]
+    cuda_major = driver["cuda_driver_version"] // 1000
+    return {
+        "schema": STATE_SCHEMA,
+        "profile": profile["name"],
+        "boot": {"cmdline": cmdline, "iommu_mode": mode, "acpi_pci": not noacpi},
+        "driver": {
+            "version": driver["version"],
+            "nvml_version": f"{cuda_major}.{driver['version']}",
+            "cuda_driver_version": driver["cuda_driver_version"],
+        },
+        "cpu": {"vendor": profile["cpu"]["vendor"], "model": profile["cpu"]["model"]},
+        "numa_nodes": [{"id": n["id"], "cpus": n["cpus"]} for n in profile["numa_nodes"]],
+        "gpus": gpus,
+        "pairs": pairs,
+    }
+
+
+def _flat_value(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def _flatten(prefix: str, value: Any, lines: list[str]) -> None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _flatten(f"{prefix}.{key}" if prefix else key, item, lines)
+    elif isinstance(value, list):
+        lines.append(f"{prefix}.count {len(value)}")
+        for position, item in enumerate(value):
+            _flatten(f"{prefix}.{position}", item, lines)
+    else:
+        lines.append(f"{prefix} {_flat_value(value)}")
+
+
+def flatten_state(state: dict[str, Any]) -> str:
+    """state.txt: one `key value` line per leaf.
+
+    gpus -> gpu_count + gpu.<index>.*, pairs -> pair_count + pair.<a>.<b>.*,
+    numa_nodes -> numa_node_count + numa_node.<position>.*, other lists -> <key>.count +
+    <key>.<position>.*; booleans 0/1, null `-`.
+    """
+    lines: list[str] = []
+    for key, value in state.items():
+        if key == "gpus":
+            lines.append(f"gpu_count {len(value)}")
+            for gpu in value:
+                _flatten(f"gpu.{gpu['index']}", gpu, lines)
+        elif key == "pairs":
+            lines.append(f"pair_count {len(value)}")
+            for pair in value:
+                _flatten(f"pair.{pair['a']}.{pair['b']}", pair, lines)
+        elif key == "numa_nodes":
+            lines.append(f"numa_node_count {len(value)}")
+            for position, node in enumerate(value):
+                _flatten(f"numa_node.{position}", node, lines)
+        else:
+            _flatten(key, value, lines)
+    return "\n".join(lines) + "\n"

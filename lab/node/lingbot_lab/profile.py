@@ -1,0 +1,376 @@
+"""Hardware profile: validation and defaults (schema 1, see lab/CONTRACT.md).
+
+validate_profile() takes the raw mapping (YAML on the host, JSON on the node) and returns a
+new, fully defaulted mapping or raises ValueError naming the profile, the field and the fix.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+NVIDIA_VENDOR_ID = 0x10DE
+PORT_KINDS = ("root_port", "switch_upstream", "switch_downstream", "chipset_port")
+OS_FAMILIES = ("Debian", "RedHat")
+CPU_VENDORS = ("AMD", "Intel")
+IOMMU_MODES = ("off", "translated", "passthrough")
+LINK_WIDTHS = (1, 2, 4, 8, 12, 16, 32)
+MAX_PCIE_GEN = 5
+FAULT_KINDS = ("gpu_lost", "p2p_write_drop_when_iommu_translated", "device_fails_after_copies")
+ACS_FLAGS = (
+    "source_validation",
+    "request_redirect",
+    "completion_redirect",
+    "upstream_forwarding",
+    "p2p_egress_control",
+    "direct_translated",
+)
+DEFAULT_KERNEL_VERSION = {"Debian": "6.1.0-18-amd64", "RedHat": "5.14.0-362.24.1.el9_3.x86_64"}
+DEFAULT_ROOT_UUID = "6f1c2a4e-3b5d-4e8f-9a7b-0c1d2e3f4a5b"
+DEFAULT_DRIVER = {"version": "550.54.15", "cuda_driver_version": 12040}
+# PCI subsystem device ids of the reference boards, keyed by PCI device id.
+DEFAULT_SUBSYSTEM_DEVICE_ID = {0x2230: 0x1459, 0x2330: 0x16C1, 0x26B9: 0x1851, 0x2204: 0x1454}
+# (vendor id, device id) of bridges when the profile does not name them.
+DEFAULT_PORT_IDS = {
+    ("AMD", "root_port"): (0x1022, 0x1483),
+    ("Intel", "root_port"): (0x8086, 0x347A),
+    ("AMD", "chipset_port"): (0x1022, 0x43EA),
+    ("Intel", "chipset_port"): (0x8086, 0x7A38),
+    ("AMD", "switch_upstream"): (0x1000, 0xC010),
+    ("Intel", "switch_upstream"): (0x1000, 0xC010),
+    ("AMD", "switch_downstream"): (0x1000, 0xC010),
+    ("Intel", "switch_downstream"): (0x1000, 0xC010),
+}
+BDF_PATTERN = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]$")
+HOST_BRIDGE_PATTERN = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
+UUID_PATTERN = re.compile(
+    r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE
+)
+CPULIST_PATTERN = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+
+
+class ProfileChecker:
+    """Builds error messages that name the profile, the field and the fix."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def fail(self, field: str, problem: str, fix: str) -> None:
+        raise ValueError(f"profile {self.name}: {field}: {problem}; fix: {fix}")
+
+    def require(self, mapping: dict[str, Any], key: str, where: str) -> Any:
+        if not isinstance(mapping, dict):
+            self.fail(where, f"expected a mapping, got {type(mapping).__name__}", "write a mapping")
+        if key not in mapping or mapping[key] is None:
+            self.fail(f"{where}.{key}" if where else key, "missing", f"set {key}")
+        return mapping[key]
+
+    def integer(self, value: Any, field: str, low: int, high: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            self.fail(field, f"{value!r} is not an integer in {low}..{high}", "use a valid number")
+        return value
+
+    def number(self, value: Any, field: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            self.fail(field, f"{value!r} is not a positive number", "use a measured value > 0")
+        return value
+
+    def choice(self, value: Any, field: str, choices: tuple[Any, ...]) -> Any:
+        if value not in choices or isinstance(value, bool):
+            fix = "pick one"
+            if value is False and "off" in choices:
+                fix = 'write "off" in quotes (YAML reads a bare off as false)'
+            self.fail(field, f"{value!r} is not one of {', '.join(map(str, choices))}", fix)
+        return value
+
+    def string(self, value: Any, field: str) -> str:
+        if not isinstance(value, str) or not value:
+            self.fail(field, f"{value!r} is not a non-empty string", "write a string")
+        return value
+
+
+def parse_cpulist(cpulist: str) -> list[int]:
+    """'0-3,8' -> [0, 1, 2, 3, 8]."""
+    cpus: list[int] = []
+    for part in cpulist.split(","):
+        first, _, last = part.partition("-")
+        cpus.extend(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+def format_cpulist(cpus: list[int]) -> str:
+    """[0, 1, 2, 3, 8] -> '0-3,8' (the kernel's cpulist format)."""
+    ranges: list[str] = []
+    ordered = sorted(set(cpus))
+    index = 0
+    while index < len(ordered):
+        end = index
+        while end + 1 < len(ordered) and ordered[end + 1] == ordered[end] + 1:
+            end += 1
+        first, last = ordered[index], ordered[end]
+        ranges.append(str(first) if first == last else f"{first}-{last}")
+        index = end + 1
+    return ",".join(ranges)
+
+
+def _check_numa_nodes(check: ProfileChecker, profile: dict[str, Any]) -> None:
+    nodes = check.require(profile, "numa_nodes", "")
+    if not isinstance(nodes, list) or not nodes:
+        check.fail("numa_nodes", "empty", "list at least one {id, cpus}")
+    seen_cpus: set[int] = set()
+    for position, node in enumerate(nodes):
+        where = f"numa_nodes[{position}]"
+        check.integer(check.require(node, "id", where), f"{where}.id", 0, 63)
+        cpus = check.string(check.require(node, "cpus", where), f"{where}.cpus")
+        if not CPULIST_PATTERN.match(cpus):
+            check.fail(f"{where}.cpus", f"{cpus!r} is not a cpulist", 'write e.g. "0-15,32-47"')
+        overlap = seen_cpus.intersection(parse_cpulist(cpus))
+        if overlap:
+            check.fail(f"{where}.cpus", f"CPU {min(overlap)} is in two NUMA nodes", "split them")
+        seen_cpus.update(parse_cpulist(cpus))
+    if [node["id"] for node in nodes] != list(range(len(nodes))):
+        check.fail("numa_nodes", "ids are not 0, 1, ... in order", "number the nodes from 0")
+
+
+def _check_link(check: ProfileChecker, link: Any, where: str, keys: tuple[str, ...]) -> None:
+    if not isinstance(link, dict):
+        check.fail(where, "missing", "write {gen: 4, width: 16, max_gen: 4, max_width: 16}")
+    for key in keys:
+        value = check.require(link, key, where)
+        if "width" in key:
+            check.choice(value, f"{where}.{key}", LINK_WIDTHS)
+        else:
+            check.integer(value, f"{where}.{key}", 1, MAX_PCIE_GEN)
+
+
+def _check_ports(check: ProfileChecker, profile: dict[str, Any], cpu_vendor: str) -> None:
+    bridges = check.require(profile, "host_bridges", "")
+    if not isinstance(bridges, list) or not bridges:
+        check.fail("host_bridges", "empty", "list at least one {id: pci0000:00, numa_node: 0}")
+    node_ids = {node["id"] for node in profile["numa_nodes"]}
+    known: set[str] = set()
+    for position, bridge in enumerate(bridges):
+        where = f"host_bridges[{position}]"
+        bridge_id = check.string(check.require(bridge, "id", where), f"{where}.id")
+        if not HOST_BRIDGE_PATTERN.match(bridge_id):
+            check.fail(
+                f"{where}.id", f"{bridge_id!r} is not a host bridge id", 'write "pci0000:40"'
+            )
+        check.choice(
+            check.require(bridge, "numa_node", where), f"{where}.numa_node", tuple(node_ids)
+        )
+        if bridge_id in known:
+            check.fail(f"{where}.id", f"duplicate host bridge {bridge_id}", "give each a unique id")
+        known.add(bridge_id)
+    ports = profile.setdefault("pcie_ports", [])
+    for position, port in enumerate(ports):
+        where = f"pcie_ports[{position}]"
+        bdf = _check_bdf(check, port, where, known)
+        check.choice(check.require(port, "kind", where), f"{where}.kind", PORT_KINDS)
+        parent = check.require(port, "parent", where)
+        if parent not in known:
+            check.fail(
+                f"{where}.parent",
+                f"unknown parent {parent!r} of {bdf}",
+                "name a host bridge id or a port listed before this one",
+            )
+        link = check.require(port, "link", where)
+        _check_link(check, link, f"{where}.link", ("gen", "width", "max_gen", "max_width"))
+        if link["gen"] > link["max_gen"] or link["width"] > link["max_width"]:
+            check.fail(f"{where}.link", "gen/width above max_gen/max_width", "lower gen or width")
+        acs = port.setdefault("acs", {})
+        for flag in ACS_FLAGS:
+            acs[flag] = bool(acs.get(flag, False))
+        unknown_flags = set(acs) - set(ACS_FLAGS)
+        if unknown_flags:
+            check.fail(f"{where}.acs", f"unknown flag {sorted(unknown_flags)[0]}", "remove it")
+        vendor_id, device_id = DEFAULT_PORT_IDS[(cpu_vendor, port["kind"])]
+        port.setdefault("vendor_id", vendor_id)
+        port.setdefault("device_id", device_id)
+        known.add(bdf)
+
+
+def _check_bdf(check: ProfileChecker, item: dict[str, Any], where: str, known: set[str]) -> str:
+    bdf = check.string(check.require(item, "bdf", where), f"{where}.bdf")
+    if not BDF_PATTERN.match(bdf):
+        check.fail(f"{where}.bdf", f"{bdf!r} is not a PCI address", 'write "0000:41:00.0"')
+    if bdf in known:
+        check.fail(f"{where}.bdf", f"duplicate bdf {bdf}", "give every device its own address")
+    return bdf
+
+
+def _check_gpu(
+    check: ProfileChecker, gpu: dict[str, Any], where: str, known: set[str], ports: dict[str, Any]
+) -> None:
+    bdf = _check_bdf(check, gpu, where, known)
+    parent = check.require(gpu, "parent", where)
+    if parent not in known:
+        check.fail(f"{where}.parent", f"unknown parent {parent!r} of {bdf}", "name a port's bdf")
+    for key in ("model", "uuid", "serial"):
+        check.string(check.require(gpu, key, where), f"{where}.{key}")
+    if not UUID_PATTERN.match(gpu["uuid"]):
+        check.fail(f"{where}.uuid", f"{gpu['uuid']!r} is not a GPU UUID", 'write "GPU-<uuid4>"')
+    gpu.setdefault("brand", "NVIDIA")
+    device_id = check.integer(check.require(gpu, "pci_device_id", where), where, 0, 0xFFFF)
+    gpu.setdefault("pci_subsystem_device_id", DEFAULT_SUBSYSTEM_DEVICE_ID.get(device_id, 0))
+    check.integer(check.require(gpu, "memory_mib", where), f"{where}.memory_mib", 1, 1 << 24)
+    link = check.require(gpu, "link", where)
+    _check_link(check, link, f"{where}.link", ("max_gen", "max_width"))
+    link.setdefault("max_gen_gpu", link["max_gen"])
+    link.setdefault("max_width_gpu", link["max_width"])
+    link.setdefault("width", link["max_width"])
+    link.setdefault("gen_idle", link["max_gen"])
+    keys = ("max_gen_gpu", "max_width_gpu", "width", "gen_idle")
+    _check_link(check, link, f"{where}.link", keys)
+    if link["max_gen"] > link["max_gen_gpu"] or link["max_width"] > link["max_width_gpu"]:
+        check.fail(f"{where}.link", "max_gen/max_width above the GPU's own", "lower them")
+    if link["width"] > link["max_width"] or link["gen_idle"] > link["max_gen"]:
+        check.fail(f"{where}.link", "width/gen_idle above max_width/max_gen", "lower them")
+    port = ports.get(parent)
+    if port is not None and (
+        link["max_gen"] > port["link"]["max_gen"] or link["max_width"] > port["link"]["max_width"]
+    ):
+        check.fail(
+            f"{where}.link",
+            f"max_gen/max_width above what port {parent} can do",
+            "lower them or raise the port's max_gen/max_width",
+        )
+    host = check.require(gpu, "host", where)
+    for key in ("h2d_gbytes_per_s", "d2h_gbytes_per_s", "latency_ns"):
+        check.number(check.require(host, key, f"{where}.host"), f"{where}.host.{key}")
+    gpu.setdefault("nvlinks", [])
+    gpu.setdefault("mig", False)
+    gpu.setdefault("persistence_default", 0)
+    check.choice(gpu["persistence_default"], f"{where}.persistence_default", (0, 1))
+
+
+def _check_nvlinks(check: ProfileChecker, gpus: list[dict[str, Any]]) -> None:
+    for index, gpu in enumerate(gpus):
+        for position, nvlink in enumerate(gpu["nvlinks"]):
+            where = f"gpus[{index}].nvlinks[{position}]"
+            check.integer(check.require(nvlink, "count", where), f"{where}.count", 1, 18)
+            target = check.require(nvlink, "to", where)
+            if target != "nvswitch" and (
+                isinstance(target, bool)
+                or not isinstance(target, int)
+                or not 0 <= target < len(gpus)
+                or target == index
+            ):
+                check.fail(f"{where}.to", f"{target!r} is not another GPU", 'use "nvswitch" or 0..')
+
+
+def _check_paths(check: ProfileChecker, profile: dict[str, Any]) -> None:
+    gpu_count = len(profile["gpus"])
+    paths = profile.setdefault("paths", [])
+    seen: set[tuple[int, int]] = set()
+    for position, path in enumerate(paths):
+        where = f"paths[{position}]"
+        between = check.require(path, "between", where)
+        if (
+            not isinstance(between, list)
+            or len(between) != 2
+            or not all(isinstance(i, int) and 0 <= i < gpu_count for i in between)
+            or between[0] == between[1]
+        ):
+            check.fail(
+                f"{where}.between",
+                f"{between!r} does not name two GPUs (0..{gpu_count - 1})",
+                "write [a, b] with GPU indices",
+            )
+        pair = (min(between), max(between))
+        if pair in seen:
+            check.fail(f"{where}.between", f"second path for GPUs {list(pair)}", "keep one")
+        seen.add(pair)
+        path.setdefault("p2p_iommu_translated", None)
+        path.setdefault("p2p", None)
+        if path["p2p"] is None and "host_staged" not in path:
+            check.fail(f"{where}", "neither p2p nor host_staged", "add host_staged")
+        for key in ("p2p", "host_staged", "p2p_iommu_translated"):
+            measured = path.get(key)
+            if measured is None:
+                if key == "host_staged":
+                    check.fail(f"{where}.host_staged", "missing", "add the measured values")
+                continue
+            for field in ("gbytes_per_s", "bidir_gbytes_per_s", "latency_ns"):
+                check.number(check.require(measured, field, f"{where}.{key}"), f"{where}.{key}")
+    for first in range(gpu_count):
+        for second in range(first + 1, gpu_count):
+            if (first, second) not in seen:
+                check.fail(
+                    "paths",
+                    f"no path for GPUs [{first}, {second}]",
+                    f"add a path with between: [{first}, {second}]",
+                )
+
+
+def _check_faults(check: ProfileChecker, profile: dict[str, Any]) -> None:
+    faults = profile.setdefault("faults", [])
+    for position, fault in enumerate(faults):
+        where = f"faults[{position}]"
+        kind = check.choice(check.require(fault, "kind", where), f"{where}.kind", FAULT_KINDS)
+        if kind in ("gpu_lost", "device_fails_after_copies"):
+            gpu = check.require(fault, "gpu", where)
+            check.integer(gpu, f"{where}.gpu", 0, len(profile["gpus"]) - 1)
+        if kind == "device_fails_after_copies":
+            check.integer(check.require(fault, "copies", where), f"{where}.copies", 1, 1 << 30)
+
+
+def validate_profile(raw: dict[str, Any]) -> dict[str, Any]:
+    """Return a defaulted copy of a schema-1 profile, or raise ValueError."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"profile: expected a mapping, got {type(raw).__name__}")
+    profile = copy.deepcopy(raw)
+    check = ProfileChecker(str(profile.get("name", "<unnamed>")))
+    check.string(check.require(profile, "name", ""), "name")
+    if profile.get("schema") != 1:
+        check.fail("schema", f"{profile.get('schema')!r} is not supported", "write schema: 1")
+    check.string(check.require(profile, "summary", ""), "summary")
+    profile.setdefault("os_family", "Debian")
+    check.choice(profile["os_family"], "os_family", OS_FAMILIES)
+    cpu = check.require(profile, "cpu", "")
+    vendor = check.choice(check.require(cpu, "vendor", "cpu"), "cpu.vendor", CPU_VENDORS)
+    check.string(check.require(cpu, "model", "cpu"), "cpu.model")
+    _check_numa_nodes(check, profile)
+    boot = profile.setdefault("boot", {})
+    boot.setdefault("grub_cmdline_linux_default", "quiet")
+    boot.setdefault("grub_cmdline_linux", "")
+    boot.setdefault("iommu_default", "passthrough")
+    boot.setdefault("kernel_version", DEFAULT_KERNEL_VERSION[profile["os_family"]])
+    boot.setdefault("root_uuid", DEFAULT_ROOT_UUID)
+    check.choice(boot["iommu_default"], "boot.iommu_default", IOMMU_MODES)
+    driver = profile.setdefault("driver", {})
+    for key, value in DEFAULT_DRIVER.items():
+        driver.setdefault(key, value)
+    _check_ports(check, profile, vendor)
+    ports = {port["bdf"]: port for port in profile["pcie_ports"]}
+    known = {bridge["id"] for bridge in profile["host_bridges"]} | set(ports)
+    gpus = check.require(profile, "gpus", "")
+    if not isinstance(gpus, list) or not gpus:
+        check.fail("gpus", "empty", "list at least one GPU")
+    uuids: set[str] = set()
+    for index, gpu in enumerate(gpus):
+        _check_gpu(check, gpu, f"gpus[{index}]", known, ports)
+        if gpu["uuid"].lower() in uuids:
+            check.fail(f"gpus[{index}].uuid", f"duplicate uuid {gpu['uuid']}", "make it unique")
+        uuids.add(gpu["uuid"].lower())
+        if gpu["parent"] not in ports:
+            check.fail(f"gpus[{index}].parent", "a GPU must hang from a port", "name a port's bdf")
+        known.add(gpu["bdf"])
+    bdfs = [gpu["bdf"] for gpu in gpus]
+    if bdfs != sorted(bdfs):
+        check.fail("gpus", "not in PCI bus order", "list GPUs sorted by bdf (NVML index order)")
+    _check_nvlinks(check, gpus)
+    _check_paths(check, profile)
+    _check_faults(check, profile)
+    persistenced = profile.setdefault("persistenced", {})
+    persistenced.setdefault("args", "")
+    return profile
+
+
+def load_profile_json(path: str | Path) -> dict[str, Any]:
+    """Read and validate the node's /opt/lingbot-lab/profile.json."""
+    with open(path, encoding="utf-8") as handle:
+        return validate_profile(json.load(handle))

@@ -1,0 +1,148 @@
+"""``lspci -vv`` / ``-vvv`` (optionally ``-nn``): per device the link, ACS and NUMA facts."""
+
+from __future__ import annotations
+
+import re
+
+from lingbot_fleet.parsers._common import ParseError, int_or_none, require_text
+
+KIND = "lspci"
+EXPECTED = "the output of `lspci -vv` or `lspci -vvv` (with or without -nn)"
+
+ACS_FLAGS = (
+    "SrcValid",
+    "TransBlk",
+    "ReqRedir",
+    "CmpltRedir",
+    "UpstreamFwd",
+    "EgressCtrl",
+    "DirectTrans",
+)
+_DEVICE_LINE_RE = re.compile(
+    r"^(?P<bdf>(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]) (?P<description>.+)$"
+)
+# "3D controller [0302]: NVIDIA Corporation GA100 [A100 SXM4 40GB] [10de:20b0] (rev a1)"
+_CLASS_RE = re.compile(r"^(?P<name>[^:\[]+?)(?: \[(?P<id>[0-9a-fA-F]{4})\])?: (?P<rest>.*)$")
+_IDS_RE = re.compile(r"\[(?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})\]")
+_SPEED_RE = re.compile(r"Speed (?P<speed>[\d.]+)GT/s(?P<note> \((?:downgraded|ok)\))?")
+_WIDTH_RE = re.compile(r"Width x(?P<width>\d+)(?P<note> \((?:downgraded|ok)\))?")
+_FIELD_RE = re.compile(r"^\s*(?P<key>[A-Za-z][A-Za-z0-9 ]*?):\s*(?P<value>.*)$")
+
+
+def _note_flag(note: str | None) -> bool | None:
+    if not note:
+        return None
+    return "downgraded" in note
+
+
+def _link(value: str, with_notes: bool) -> dict:
+    speed = _SPEED_RE.search(value)
+    width = _WIDTH_RE.search(value)
+    link: dict = {
+        "speed_gt_per_s": float(speed.group("speed")) if speed else None,
+        "width": int(width.group("width")) if width else None,
+    }
+    if with_notes:
+        link["speed_downgraded"] = _note_flag(speed.group("note")) if speed else None
+        link["width_downgraded"] = _note_flag(width.group("note")) if width else None
+    return link
+
+
+def _acs(value: str) -> dict[str, bool]:
+    flags = {}
+    for flag in ACS_FLAGS:
+        match = re.search(rf"\b{flag}([+-])", value)
+        if match:
+            flags[flag] = match.group(1) == "+"
+    return flags
+
+
+def _gt_per_s(pattern: str, value: str) -> float | None:
+    match = re.search(pattern, value)
+    return float(match.group(1)) if match else None
+
+
+def _header(bdf: str, description: str) -> dict:
+    device: dict = {
+        "bdf": bdf if bdf.count(":") == 2 else f"0000:{bdf}",
+        "description": description,
+        "class": None,
+        "class_id": None,
+        "vendor_id": None,
+        "device_id": None,
+    }
+    match = _CLASS_RE.match(description)
+    if match:
+        device["class"] = match.group("name")
+        device["class_id"] = match.group("id").lower() if match.group("id") else None
+        ids = _IDS_RE.findall(match.group("rest"))
+        if ids:
+            device["vendor_id"], device["device_id"] = (part.lower() for part in ids[-1])
+    return device
+
+
+def _device(bdf: str, description: str, body: list[str]) -> dict:
+    device = _header(bdf, description)
+    device.update(
+        {
+            "lnkcap": None,
+            "lnksta": None,
+            "lnkcap2_max_speed_gt_per_s": None,
+            "lnkctl2_target_speed_gt_per_s": None,
+            "acs_cap": None,
+            "acs_ctl": None,
+            "numa_node": None,
+            "iommu_group": None,
+            "kernel_driver": None,
+        }
+    )
+    for line in body:
+        field = _FIELD_RE.match(line)
+        if not field:
+            continue
+        key, value = field.group("key"), field.group("value")
+        if key == "LnkCap" and device["lnkcap"] is None:
+            device["lnkcap"] = _link(value, with_notes=False)
+        elif key == "LnkSta" and device["lnksta"] is None:
+            device["lnksta"] = _link(value, with_notes=True)
+        elif key == "LnkCap2" and device["lnkcap2_max_speed_gt_per_s"] is None:
+            device["lnkcap2_max_speed_gt_per_s"] = _gt_per_s(r"Speeds: [\d.]+-([\d.]+)GT/s", value)
+            if device["lnkcap2_max_speed_gt_per_s"] is None:
+                device["lnkcap2_max_speed_gt_per_s"] = _gt_per_s(r"Speeds: ([\d.]+)GT/s", value)
+        elif key == "LnkCtl2" and device["lnkctl2_target_speed_gt_per_s"] is None:
+            device["lnkctl2_target_speed_gt_per_s"] = _gt_per_s(
+                r"Target Link Speed: ([\d.]+)GT/s", value
+            )
+        elif key == "ACSCap" and device["acs_cap"] is None:
+            device["acs_cap"] = _acs(value)
+        elif key == "ACSCtl" and device["acs_ctl"] is None:
+            device["acs_ctl"] = _acs(value)
+        elif key == "NUMA node":
+            device["numa_node"] = int_or_none(value)
+        elif key == "IOMMU group":
+            device["iommu_group"] = int_or_none(value)
+        elif key == "Kernel driver in use":
+            device["kernel_driver"] = value.strip()
+    return device
+
+
+def parse_lspci(text: str) -> dict:
+    lines = require_text(text, KIND, EXPECTED)
+    devices = []
+    current: tuple[str, str, list[str]] | None = None
+    for line in lines:
+        match = _DEVICE_LINE_RE.match(line)
+        if match:
+            if current:
+                devices.append(_device(*current))
+            current = (match.group("bdf").lower(), match.group("description"), [])
+        elif current and line.startswith(("\t", " ")):
+            current[2].append(line)
+    if current:
+        devices.append(_device(*current))
+    if not devices:
+        raise ParseError(
+            f"{KIND}: no device line like '0000:41:00.0 3D controller: NVIDIA ...'; "
+            f"expected {EXPECTED}"
+        )
+    return {"devices": devices}

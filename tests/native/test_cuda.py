@@ -1,0 +1,321 @@
+"""libcuda.so.1 driven through ctypes, the way the toolkit's copy-engine probe uses it."""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from native_support import (
+    NVLINK_P2P,
+    PHB_HOST_STAGED,
+    PHB_P2P,
+    RUN_SUBDIR,
+    flatten,
+    profile_names,
+    profile_states,
+    scenario_state,
+)
+
+pytestmark = pytest.mark.native
+
+CUDA_SUCCESS = 0
+CUDA_ERROR_INVALID_VALUE = 1
+CUDA_ERROR_NOT_INITIALIZED = 3
+CUDA_ERROR_DEVICE_UNAVAILABLE = 46
+CUDA_ERROR_PEER_ACCESS_UNSUPPORTED = 217
+CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704
+CUDA_ERROR_PEER_ACCESS_NOT_ENABLED = 705
+CUDA_ERROR_LAUNCH_FAILED = 719
+CU_DEVICE_ATTRIBUTE_PCI_BUS_ID = 33
+CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID = 50
+CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED = 2
+PROBE_BYTES = 64 * 1024 * 1024
+BANDWIDTH_TOLERANCE = 0.03
+
+
+class Cuda:
+    """A thin checked wrapper: call(name, *args) asserts CUDA_SUCCESS unless told."""
+
+    def __init__(self, library: ctypes.CDLL) -> None:
+        self.lib = library
+        self.lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+        for name in ("cuMemcpyHtoD_v2", "cuMemsetD8_v2"):
+            getattr(self.lib, name).argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t]
+        self.lib.cuMemsetD8_v2.argtypes = [ctypes.c_uint64, ctypes.c_ubyte, ctypes.c_size_t]
+        self.lib.cuMemcpyDtoH_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t]
+        self.lib.cuMemcpyPeerAsync.argtypes = [
+            ctypes.c_uint64,
+            ctypes.c_void_p,
+            ctypes.c_uint64,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_void_p,
+        ]
+        self.lib.cuMemcpyPeer.argtypes = self.lib.cuMemcpyPeerAsync.argtypes[:5]
+        self.lib.cuMemFree_v2.argtypes = [ctypes.c_uint64]
+
+    def error_name(self, code: int) -> str:
+        name = ctypes.c_char_p()
+        self.lib.cuGetErrorName(code, ctypes.byref(name))
+        return (name.value or b"?").decode()
+
+    def call(self, name: str, *args: Any, expect: int = CUDA_SUCCESS) -> None:
+        result = getattr(self.lib, name)(*args)
+        assert result == expect, f"{name} returned {self.error_name(result)}"
+
+    def context(self, ordinal: int) -> ctypes.c_void_p:
+        context = ctypes.c_void_p()
+        self.call("cuDevicePrimaryCtxRetain", ctypes.byref(context), ordinal)
+        return context
+
+    def use(self, context: ctypes.c_void_p) -> None:
+        self.call("cuCtxSetCurrent", context)
+
+    def alloc(self, context: ctypes.c_void_p, size: int) -> int:
+        self.use(context)
+        pointer = ctypes.c_uint64()
+        self.call("cuMemAlloc_v2", ctypes.byref(pointer), ctypes.c_size_t(size))
+        return pointer.value
+
+    def stream(self) -> ctypes.c_void_p:
+        stream = ctypes.c_void_p()
+        self.call("cuStreamCreate", ctypes.byref(stream), 0)
+        return stream
+
+    def event(self) -> ctypes.c_void_p:
+        event = ctypes.c_void_p()
+        self.call("cuEventCreate", ctypes.byref(event), 0)
+        return event
+
+    def elapsed_ms(self, start: ctypes.c_void_p, end: ctypes.c_void_p) -> float:
+        milliseconds = ctypes.c_float()
+        self.call("cuEventElapsedTime", ctypes.byref(milliseconds), start, end)
+        return milliseconds.value
+
+
+@pytest.fixture
+def cuda_on(cuda_loader: Any, lab_root: Path) -> Any:
+    def start(state_text: str) -> Cuda:
+        cuda = Cuda(cuda_loader(state_text, lab_root))
+        cuda.call("cuInit", 0)
+        return cuda
+
+    return start
+
+
+def timed_peer_copy_gbytes_per_s(cuda: Cuda, peer_access: bool, size: int = PROBE_BYTES) -> float:
+    first, second = cuda.context(0), cuda.context(1)
+    src, dst = cuda.alloc(first, size), cuda.alloc(second, size)
+    if peer_access:
+        cuda.use(second)
+        cuda.call("cuCtxEnablePeerAccess", first, 0)
+    cuda.use(first)
+    stream, start, end = cuda.stream(), cuda.event(), cuda.event()
+    cuda.call("cuEventRecord", start, stream)
+    cuda.call("cuMemcpyPeerAsync", dst, second, src, first, size, stream)
+    cuda.call("cuEventRecord", end, stream)
+    cuda.call("cuEventSynchronize", end)
+    return size / (cuda.elapsed_ms(start, end) / 1e3) / 1e9
+
+
+def assert_close(measured: float, expected: float) -> None:
+    assert abs(measured - expected) <= BANDWIDTH_TOLERANCE * expected, (measured, expected)
+
+
+def test_devices_match_the_state(cuda_on: Any) -> None:
+    state = scenario_state("phb")
+    cuda = cuda_on(flatten(state))
+    count, version = ctypes.c_int(), ctypes.c_int()
+    cuda.call("cuDeviceGetCount", ctypes.byref(count))
+    cuda.call("cuDriverGetVersion", ctypes.byref(version))
+    assert (count.value, version.value) == (2, 12040)
+    for gpu in state["gpus"]:
+        name, bus_id = ctypes.create_string_buffer(96), ctypes.create_string_buffer(32)
+        total, bus, uuid = ctypes.c_size_t(), ctypes.c_int(), (ctypes.c_ubyte * 16)()
+        cuda.call("cuDeviceGetName", name, 96, gpu["index"])
+        cuda.call("cuDeviceGetPCIBusId", bus_id, 32, gpu["index"])
+        cuda.call("cuDeviceTotalMem_v2", ctypes.byref(total), gpu["index"])
+        cuda.call(
+            "cuDeviceGetAttribute", ctypes.byref(bus), CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, gpu["index"]
+        )
+        cuda.call("cuDeviceGetUuid_v2", uuid, gpu["index"])
+        assert name.value.decode() == gpu["name"]
+        assert bus_id.value.decode() == gpu["bdf"].upper()
+        assert total.value == gpu["memory_total_bytes"]
+        assert bus.value == int(gpu["bdf"].split(":")[1], 16)
+        assert bytes(uuid).hex() == gpu["uuid"].removeprefix("GPU-").replace("-", "")
+
+
+def test_calls_before_init_fail(cuda_loader: Any, lab_root: Path) -> None:
+    cuda = Cuda(cuda_loader(flatten(scenario_state("phb")), lab_root))
+    cuda.call("cuDeviceGetCount", ctypes.byref(ctypes.c_int()), expect=CUDA_ERROR_NOT_INITIALIZED)
+
+
+def test_timed_peer_copy_reports_the_profile_bandwidth(cuda_on: Any) -> None:
+    cuda = cuda_on(flatten(scenario_state("phb")))
+    assert_close(timed_peer_copy_gbytes_per_s(cuda, peer_access=True), PHB_P2P["gbytes_per_s"])
+
+
+def test_peer_copy_without_peer_access_is_host_staged(cuda_on: Any) -> None:
+    cuda = cuda_on(flatten(scenario_state("phb")))
+    measured = timed_peer_copy_gbytes_per_s(cuda, peer_access=False)
+    assert_close(measured, PHB_HOST_STAGED["gbytes_per_s"])
+
+
+def test_nvlink_copy_is_fast(cuda_on: Any) -> None:
+    cuda = cuda_on(flatten(scenario_state("nvlink")))
+    assert_close(timed_peer_copy_gbytes_per_s(cuda, peer_access=True), NVLINK_P2P["gbytes_per_s"])
+
+
+def test_bidirectional_copies_share_the_link(cuda_on: Any) -> None:
+    cuda = cuda_on(flatten(scenario_state("phb")))
+    first, second = cuda.context(0), cuda.context(1)
+    a_src, a_dst = cuda.alloc(first, PROBE_BYTES), cuda.alloc(first, PROBE_BYTES)
+    b_src, b_dst = cuda.alloc(second, PROBE_BYTES), cuda.alloc(second, PROBE_BYTES)
+    cuda.use(second)
+    cuda.call("cuCtxEnablePeerAccess", first, 0)
+    cuda.use(first)
+    cuda.call("cuCtxEnablePeerAccess", second, 0)
+    forward, backward = cuda.stream(), cuda.stream()
+    start, forward_end, backward_end = cuda.event(), cuda.event(), cuda.event()
+    cuda.call("cuEventRecord", start, forward)
+    cuda.call("cuMemcpyPeerAsync", b_dst, second, a_src, first, PROBE_BYTES, forward)
+    cuda.call("cuMemcpyPeerAsync", a_dst, first, b_src, second, PROBE_BYTES, backward)
+    cuda.call("cuEventRecord", forward_end, forward)
+    cuda.call("cuEventRecord", backward_end, backward)
+    cuda.call("cuCtxSynchronize")
+    slowest_ms = max(cuda.elapsed_ms(start, forward_end), cuda.elapsed_ms(start, backward_end))
+    aggregate = 2 * PROBE_BYTES / (slowest_ms / 1e3) / 1e9
+    assert_close(aggregate, PHB_P2P["bidir_gbytes_per_s"])
+
+
+def test_copies_move_the_bytes(cuda_on: Any) -> None:
+    cuda = cuda_on(flatten(scenario_state("phb")))
+    size = 1 << 20
+    pattern = bytes(range(256)) * (size // 256)
+    first, second = cuda.context(0), cuda.context(1)
+    src, dst = cuda.alloc(first, size), cuda.alloc(second, size)
+    cuda.use(second)
+    cuda.call("cuCtxEnablePeerAccess", first, 0)
+    cuda.call("cuMemsetD8_v2", dst, 0, size)
+    cuda.call("cuMemcpyHtoD_v2", src, pattern, size)
+    cuda.call("cuMemcpyPeer", dst, second, src, first, size)
+    readback = ctypes.create_string_buffer(size)
+    cuda.call("cuMemcpyDtoH_v2", readback, dst, size)
+    assert readback.raw == pattern
+
+
+def test_iommu_drop_fault_is_caught_by_readback(cuda_on: Any) -> None:
+    cuda = cuda_on(flatten(scenario_state("iommu-drop")))
+    size = 1 << 20
+    first, second = cuda.context(0), cuda.context(1)
+    src, dst = cuda.alloc(first, size), cuda.alloc(second, size)
+    cuda.use(second)
+    cuda.call("cuCtxEnablePeerAccess", first, 0)
+    cuda.call("cuMemsetD8_v2", dst, 0, size)
+    cuda.call("cuMemcpyHtoD_v2", src, b"\xa5" * size, size)
+    cuda.call("cuMemcpyPeer", dst, second, src, first, size)
+    readback = ctypes.create_string_buffer(size)
+    cuda.call("cuMemcpyDtoH_v2", readback, dst, size)
+    assert readback.raw == b"\x00" * size
+    cuda.call("cuCtxDisablePeerAccess", first)
+    cuda.call("cuMemcpyPeer", dst, second, src, first, size)
+    cuda.call("cuMemcpyDtoH_v2", readback, dst, size)
+    assert readback.raw == b"\xa5" * size
+
+
+def test_peer_access_errors(cuda_on: Any) -> None:
+    cuda = cuda_on(flatten(scenario_state("phb")))
+    first, second = cuda.context(0), cuda.context(1)
+    cuda.use(first)
+    cuda.call("cuCtxDisablePeerAccess", second, expect=CUDA_ERROR_PEER_ACCESS_NOT_ENABLED)
+    cuda.call("cuCtxEnablePeerAccess", second, 0)
+    cuda.call("cuCtxEnablePeerAccess", second, 0, expect=CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
+    cuda.call("cuCtxEnablePeerAccess", second, 1, expect=CUDA_ERROR_INVALID_VALUE)
+    cuda.call("cuCtxDisablePeerAccess", second)
+
+
+def test_geforce_cannot_access_peer(cuda_on: Any) -> None:
+    cuda = cuda_on(flatten(scenario_state("geforce")))
+    can_access, attribute = ctypes.c_int(-1), ctypes.c_int(-1)
+    cuda.call("cuDeviceCanAccessPeer", ctypes.byref(can_access), 0, 1)
+    cuda.call(
+        "cuDeviceGetP2PAttribute",
+        ctypes.byref(attribute),
+        CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED,
+        0,
+        1,
+    )
+    assert (can_access.value, attribute.value) == (0, 0)
+    first, second = cuda.context(0), cuda.context(1)
+    cuda.use(first)
+    cuda.call("cuCtxEnablePeerAccess", second, 0, expect=CUDA_ERROR_PEER_ACCESS_UNSUPPORTED)
+
+
+def test_lost_gpu_has_no_context(cuda_on: Any) -> None:
+    cuda = cuda_on(flatten(scenario_state("lost")))
+    context = ctypes.c_void_p()
+    cuda.call(
+        "cuDevicePrimaryCtxRetain", ctypes.byref(context), 1, expect=CUDA_ERROR_DEVICE_UNAVAILABLE
+    )
+
+
+def test_device_fails_mid_run(cuda_on: Any) -> None:
+    cuda = cuda_on(flatten(scenario_state("fails-after-copies")))
+    second = cuda.context(1)
+    dst = cuda.alloc(second, 4096)
+    for _ in range(5):
+        cuda.call("cuMemcpyHtoD_v2", dst, b"\x01" * 4096, 4096)
+    cuda.call("cuMemcpyHtoD_v2", dst, b"\x01" * 4096, 4096, expect=CUDA_ERROR_LAUNCH_FAILED)
+    cuda.call("cuMemcpyHtoD_v2", dst, b"\x01" * 4096, 4096, expect=CUDA_ERROR_LAUNCH_FAILED)
+
+
+def test_copy_marks_the_gpus_busy(cuda_on: Any, lab_root: Path, nvml_session: Any) -> None:
+    text = flatten(scenario_state("phb"))
+    cuda = cuda_on(text)
+    nvml = nvml_session(text)
+    handle = nvml.nvmlDeviceGetHandleByIndex(1)
+    assert nvml.nvmlDeviceGetCurrPcieLinkGeneration(handle) == 1
+    timed_peer_copy_gbytes_per_s(cuda, peer_access=True, size=1 << 20)
+    busy_until = float((lab_root / RUN_SUBDIR / "busy" / "1").read_text())
+    assert time.time() < busy_until <= time.time() + 1.5
+    assert nvml.nvmlDeviceGetCurrPcieLinkGeneration(handle) == 4
+
+
+def test_error_names_and_strings(cuda_on: Any) -> None:
+    cuda = cuda_on(flatten(scenario_state("phb")))
+    text = ctypes.c_char_p()
+    cuda.lib.cuGetErrorString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+    cuda.call("cuGetErrorString", CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, ctypes.byref(text))
+    assert text.value == b"peer access is already enabled"
+    assert cuda.error_name(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED) == (
+        "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED"
+    )
+
+
+def test_visible_devices_reorder_ordinals(
+    cuda_loader: Any, lab_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = scenario_state("phb")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"{state['gpus'][1]['uuid'][:12]},0")
+    cuda = Cuda(cuda_loader(flatten(state), lab_root))
+    cuda.call("cuInit", 0)
+    bus = ctypes.c_int()
+    cuda.call("cuDeviceGetAttribute", ctypes.byref(bus), CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, 0)
+    assert bus.value == 0x42
+
+
+@pytest.mark.parametrize("profile_name", profile_names())
+def test_profile_peer_bandwidth(cuda_on: Any, profile_name: str) -> None:
+    states = {name: (state, text) for name, state, text in profile_states()}
+    state, text = states[profile_name]
+    pair = next(p for p in state["pairs"] if (p["a"], p["b"]) == (0, 1))
+    if any(gpu["lost"] for gpu in state["gpus"][:2]):
+        pytest.skip("a GPU of the first pair is lost")
+    cuda = cuda_on(text)
+    expected = pair["p2p"] or pair["host_staged"]
+    measured = timed_peer_copy_gbytes_per_s(cuda, peer_access=pair["p2p"] is not None)
+    assert_close(measured, expected["gbytes_per_s"])
