@@ -54,7 +54,7 @@ lab-test: setup native
 	$(BIN)/pytest -m lab $(PYTEST_ARGS)
 
 molecule: setup native
-	cd $(CURDIR) && $(BIN)/molecule test -s default
+	cd $(CURDIR) && $(BIN)/molecule test --all
 
 test: lint unit lab-test molecule
 

@@ -26,20 +26,3 @@ def test_reboot_applies_grub_cmdline(booted_lab):
     booted_lab.run(spec, f"rm {DROPIN} && update-grub")
     booted_lab.reboot(spec)
     assert "lab_reboot_marker=1" not in booted_lab.run(spec, "cat /proc/cmdline").stdout
-
-
-def test_noacpi_removed_after_reboot_restores_numa(booted_lab):
-    spec = booted_lab.node("a6000-noacpi")
-    numa = booted_lab.run(spec, "cat /sys/bus/pci/devices/*/numa_node | sort -u").stdout.split()
-    assert numa == ["-1"]
-    booted_lab.run(
-        spec,
-        "cp -p /etc/default/grub /root/grub.orig && "
-        "sed -i 's/pci=noacpi//' /etc/default/grub && update-grub",
-    )
-    booted_lab.reboot(spec)
-    assert "pci=noacpi" not in booted_lab.run(spec, "cat /proc/cmdline").stdout
-    numa = booted_lab.run(spec, "cat /sys/bus/pci/devices/*/numa_node | sort -u").stdout.split()
-    assert "-1" not in numa
-    booted_lab.run(spec, "cp -p /root/grub.orig /etc/default/grub && update-grub")
-    booted_lab.reboot(spec)

@@ -49,8 +49,8 @@ def test_first_boot_installs_grub_and_removing_noacpi_takes_a_reboot(tmp_path):
         "state.txt",
         "sys",
     ]
-    assert (lab / "random/boot_id").read_text() == first_boot_id
     first_boot_id = (lab / "boot_id").read_text()
+    assert (lab / "random/boot_id").read_text() == first_boot_id
 
     # The operator fixes the grub file but does not regenerate grub.cfg: nothing changes.
     default_grub.write_text(default_grub.read_text().replace(" pci=noacpi", ""))
