@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from lingbot_fleet.lab import layout
 from lingbot_fleet.lab.manager import Lab, NodeSpec, _mounts_under, available_profiles
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from lingbot_fleet.lab.manager import available_profiles, load_profile
 from lingbot_fleet.parsers import parse
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from labmodel_support import load_profile, run_tool
+
 from lingbot_lab.grubcfg import (
     GrubConfigError,
     boot_cmdline,

@@ -6,6 +6,7 @@ import copy
 
 import pytest
 from labmodel_support import load_profile, read_profile_yaml
+
 from lingbot_lab.hwstate import (
     cmdline_params,
     compute_state,

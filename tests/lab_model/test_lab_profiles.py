@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from labmodel_support import PROFILES_DIR, load_profile
+
 from lingbot_lab.grubcfg import profile_cmdline
 from lingbot_lab.hwstate import compute_state
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from labmodel_support import load_profile
+
 from lingbot_lab.configspace import (
     ACS_ECAP_OFFSET,
     PCIE_CAP_OFFSET,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from conftest import LAB_NODE_DIR, REPO_ROOT, make_state, write_state
 from lingbot_lab import persistence
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from lingbot_lab import persistence, smi
 
 NOW_S = 1_700_000_000.0

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO_ROOT, write_state
 from test_smi_cli import run_smi
 from test_smi_format import parse_topology_matrix
+
+from conftest import REPO_ROOT, write_state
 
 hwstate = pytest.importorskip("lingbot_lab.hwstate")
 profile_module = pytest.importorskip("lingbot_lab.profile")
@@ -110,8 +111,9 @@ def test_p2p_read_matrix_agrees_with_state(profile_path: Path, tmp_path: Path, e
 
 
 def test_persistenced_with_profile_args(profile_path: Path, tmp_path: Path) -> None:
-    from lingbot_lab import persistence
     from test_persistenced import start_daemon, stop_daemon
+
+    from lingbot_lab import persistence
 
     profile = profile_module.validate_profile(yaml.safe_load(profile_path.read_text()))
     state = hwstate.compute_state(profile, boot_cmdline(profile))

@@ -1,4 +1,5 @@
 import pytest
+
 from lingbot_fleet.parsers import ParseError, parse
 
 ALL_ACS_FLAGS = ("SrcValid", "TransBlk", "ReqRedir", "CmpltRedir", "UpstreamFwd", "EgressCtrl")

@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import pytest
+
 from lingbot_fleet.parsers import KINDS, ParseError, parse
 
 SAMPLES = Path(__file__).parent / "samples"

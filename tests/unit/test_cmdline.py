@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from lingbot_fleet.cmdline import (
     KernelParam,
     PolicyError,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from lingbot_fleet.cmdline import KernelParam, build_policy, render_cmdline
 from lingbot_fleet.grub import (
     GrubEditError,

@@ -11,10 +11,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pytest
+
 import lingbot_fleet
 import lingbot_fleet.cmdline
 import lingbot_fleet.grub
-import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 LIBRARY = REPO / "roles" / "kernel_cmdline" / "library"
