@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lab_smi_support import LAB_NODE_DIR, REPO_ROOT, make_state, write_state
 
-from conftest import LAB_NODE_DIR, REPO_ROOT, make_state, write_state
 from lingbot_lab import persistence
 
 DAEMON = LAB_NODE_DIR / "bin" / "nvidia-persistenced"

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from conftest import LAB_NODE_DIR, write_state
+from lab_smi_support import LAB_NODE_DIR, write_state
 
 NVIDIA_SMI = LAB_NODE_DIR / "bin" / "nvidia-smi"
 

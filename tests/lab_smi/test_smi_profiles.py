@@ -8,10 +8,9 @@ from typing import Any
 
 import pytest
 import yaml
+from lab_smi_support import REPO_ROOT, write_state
 from test_smi_cli import run_smi
 from test_smi_format import parse_topology_matrix
-
-from conftest import REPO_ROOT, write_state
 
 hwstate = pytest.importorskip("lingbot_lab.hwstate")
 profile_module = pytest.importorskip("lingbot_lab.profile")

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from lingbot_fleet.parsers._common import ParseError
-from lingbot_fleet.parsers.cmdline import parse_cmdline
-from lingbot_fleet.parsers.grub import parse_grub
-from lingbot_fleet.parsers.lspci import parse_lspci
-from lingbot_fleet.parsers.p2p import parse_p2p
-from lingbot_fleet.parsers.p2p_bandwidth import parse_p2p_bandwidth
-from lingbot_fleet.parsers.smi_q import parse_smi_q
-from lingbot_fleet.parsers.topo import parse_topo
+from ._common import ParseError
+from .cmdline import parse_cmdline
+from .grub import parse_grub
+from .lspci import parse_lspci
+from .p2p import parse_p2p
+from .p2p_bandwidth import parse_p2p_bandwidth
+from .smi_q import parse_smi_q
+from .topo import parse_topo
 
 __all__ = ["KINDS", "PARSERS", "ParseError", "parse"]
 

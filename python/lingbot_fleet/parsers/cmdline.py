@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from lingbot_fleet.cmdline import parse_word, split_words
-from lingbot_fleet.parsers._common import ParseError, require_text
+from ..cmdline import parse_word, split_words
+from ._common import ParseError, require_text
 
 KIND = "cmdline"
 EXPECTED = "the content of /proc/cmdline (one line)"

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 
-from lingbot_fleet.cmdline import parse_cmdline
-from lingbot_fleet.parsers._common import ParseError, require_text
+from ..cmdline import parse_cmdline
+from ._common import ParseError, require_text
 
 KIND = "grub"
 EXPECTED = "the content of /etc/default/grub (NAME=value lines)"

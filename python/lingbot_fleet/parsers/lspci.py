@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from lingbot_fleet.parsers._common import ParseError, int_or_none, require_text
+from ._common import ParseError, int_or_none, require_text
 
 KIND = "lspci"
 EXPECTED = "the output of `lspci -vv` or `lspci -vvv` (with or without -nn)"

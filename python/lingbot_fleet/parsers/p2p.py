@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from lingbot_fleet.parsers._common import ParseError, require_text
+from ._common import ParseError, require_text
 
 KIND = "p2p"
 EXPECTED = "the output of `nvidia-smi topo -p2p r` (or w, n, a, p)"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from lingbot_fleet.parsers._common import ParseError, require_text
+from ._common import ParseError, require_text
 
 KIND = "p2p-bandwidth"
 EXPECTED = "the output of the CUDA sample p2pBandwidthLatencyTest"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from lingbot_fleet.parsers._common import ParseError, int_or_none, require_text
+from ._common import ParseError, int_or_none, require_text
 
 KIND = "smi-q"
 EXPECTED = "the output of `nvidia-smi -q`"

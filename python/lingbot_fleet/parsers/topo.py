@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from lingbot_fleet.parsers._common import ParseError, expand_cpu_list, require_text
+from ._common import ParseError, expand_cpu_list, require_text
 
 KIND = "topo"
 EXPECTED = "the output of `nvidia-smi topo -m`"

@@ -1,0 +1,143 @@
+"""Assemble the facts document: NVML (or nvidia-smi) joined with sysfs and /proc."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from . import sysfs
+from .nvml import NvmlUnavailableError, load_pynvml, read_nvml
+from .schema import FACTS_SCHEMA_VERSION
+from .smi import SmiUnavailableError, read_smi
+
+NVML_MODES = ("auto", "off")
+
+
+def _empty_pcie() -> dict[str, Any]:
+    return {
+        "current_gen": None,
+        "current_width": None,
+        "max_gen": None,
+        "max_width": None,
+        "max_gen_gpu": None,
+    }
+
+
+def read_driver_view(
+    nvml: str, nvml_python_path: Sequence[str], smi_command: Sequence[str]
+) -> tuple[dict[str, Any] | None, str, list[str]]:
+    """(what the driver says, its source, notes): NVML first, then nvidia-smi."""
+    notes: list[str] = []
+    if nvml == "auto":
+        try:
+            return read_nvml(load_pynvml(nvml_python_path)), "nvml", notes
+        except NvmlUnavailableError as error:
+            notes.append(f"NVML not used: {error}; GPU fields come from nvidia-smi")
+    else:
+        notes.append("NVML not used: turned off by the caller; GPU fields come from nvidia-smi")
+    try:
+        return read_smi(smi_command), "nvidia-smi", notes
+    except SmiUnavailableError as error:
+        notes.append(f"nvidia-smi not usable: {error}; only sysfs fields are known")
+    return None, "sysfs", notes
+
+
+def _merge_gpu(
+    index: int, driver_gpu: dict[str, Any] | None, bus_id: str, root: str | Path, iommu: dict
+) -> dict[str, Any]:
+    pci = sysfs.gpu_pci_facts(root, bus_id)
+    driver_gpu = driver_gpu or {"lost": False}
+    pcie = {**_empty_pcie(), **(driver_gpu.get("pcie") or {})}
+    if pcie["max_gen_gpu"] is None:
+        pcie["max_gen_gpu"] = pci["link"]["max_gen"]
+    # NVML has no call for the GPU's own maximum width: its LnkCap, as sysfs shows it.
+    pcie["max_width_gpu"] = pci["link"]["max_width"]
+    for key in ("current_gen", "current_width"):
+        if pcie[key] is None and not driver_gpu.get("lost"):
+            pcie[key] = pci["link"][key]
+    bridges = pci["bridges"]
+    upstream = bridges[0] if bridges else None
+    pcie["upstream_port"] = (
+        {"bdf": upstream["bdf"], **upstream["link"]} if upstream is not None else None
+    )
+    gpu = {
+        "index": index,
+        "lost": bool(driver_gpu.get("lost")),
+        "uuid": driver_gpu.get("uuid"),
+        "model": driver_gpu.get("model"),
+        "bus_id": bus_id,
+        "numa_node": pci["numa_node"],
+        "local_cpulist": pci["local_cpulist"],
+        "pcie": pcie,
+        "performance_state": driver_gpu.get("performance_state"),
+        "persistence_mode": driver_gpu.get("persistence_mode"),
+        "mig_mode": driver_gpu.get("mig_mode"),
+        "iommu_group": sysfs.group_of(iommu, bus_id),
+        "host_bridge": pci["host_bridge"],
+        "bridges": bridges,
+    }
+    if driver_gpu.get("error"):
+        gpu["error"] = driver_gpu["error"]
+    return gpu
+
+
+def _gpu_list(
+    driver: dict[str, Any] | None, root: str | Path, iommu: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Driver GPUs by index; GPUs the driver lost keep their place from sysfs bus order."""
+    sysfs_bus_ids = sysfs.nvidia_gpu_bus_ids(root)
+    by_index = {gpu["index"]: gpu for gpu in (driver or {}).get("gpus", [])}
+    count = max(len(sysfs_bus_ids), max(by_index, default=-1) + 1)
+    gpus = []
+    for index in range(count):
+        driver_gpu = by_index.get(index)
+        bus_id = (driver_gpu or {}).get("bus_id")
+        if bus_id is None:
+            bus_id = sysfs_bus_ids[index] if index < len(sysfs_bus_ids) else ""
+            if driver is not None:
+                driver_gpu = {**(driver_gpu or {}), "lost": True}
+        gpus.append(_merge_gpu(index, driver_gpu, bus_id, root, iommu))
+    return gpus
+
+
+def gather_facts(
+    root: str | Path = "/",
+    nvml: str = "auto",
+    nvml_python_path: Sequence[str] = (),
+    smi_command: Sequence[str] = ("nvidia-smi",),
+) -> dict[str, Any]:
+    """The facts document (schema FACTS_SCHEMA_VERSION) of the node whose root is `root`."""
+    if nvml not in NVML_MODES:
+        raise ValueError(f"nvml={nvml!r}: use one of {', '.join(NVML_MODES)}")
+    driver, source, notes = read_driver_view(nvml, nvml_python_path, smi_command)
+    iommu = sysfs.iommu_facts(root)
+    gpus = _gpu_list(driver, root, iommu)
+    matrices = source if driver is not None and len(gpus) > 0 else "none"
+    return {
+        "schema_version": FACTS_SCHEMA_VERSION,
+        "sources": {
+            "gpus": source,
+            "pcie_link": source,
+            "gpu_state": source,
+            "topology": matrices,
+            "p2p": matrices,
+            "pcie_tree": "sysfs",
+            "numa": "sysfs",
+            "iommu": "sysfs",
+            "kernel": "procfs",
+        },
+        "notes": notes,
+        "driver_version": (driver or {}).get("driver_version"),
+        "kernel": {"cmdline": sysfs.read_cmdline(root)},
+        "iommu": iommu,
+        "numa": {
+            "node_count": sysfs.numa_node_count(root),
+            "device_nodes": sorted(
+                {gpu["numa_node"] for gpu in gpus if gpu["numa_node"] is not None}
+            ),
+        },
+        "gpus": gpus,
+        "topology": (driver or {}).get("topology", []),
+        "p2p": (driver or {}).get("p2p", {}),
+    }

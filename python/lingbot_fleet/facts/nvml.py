@@ -1,0 +1,203 @@
+"""Read GPUs, topology and P2P status through NVML (pynvml from nvidia-ml-py).
+
+pynvml is imported lazily, inside `load_pynvml`, so nodes without it fall back to
+nvidia-smi. NVML answers in index order (PCI bus order).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+TOPOLOGY_WORDS = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+P2P_WORDS = {0: "OK", 1: "CNS", 2: "GNS", 3: "TNS", 4: "DR", 5: "NS", 6: "U"}
+# nvmlGpuP2PCapsIndex_t (pynvml's READ constant is a tuple by mistake, so use numbers).
+P2P_CAPS = {"read": 0, "write": 1, "nvlink": 2, "atomics": 3}
+NVLINK_MAX_LINKS = 18
+MIG_WORDS = {0: "disabled", 1: "enabled"}
+
+
+class NvmlUnavailableError(Exception):
+    """pynvml cannot be imported, or NVML cannot be initialized; str() says which."""
+
+
+def load_pynvml(extra_paths: Sequence[str] = ()) -> Any:
+    """Import pynvml, looking in `extra_paths` (e.g. a venv's site-packages) too."""
+    for path in extra_paths:
+        if path and path not in sys.path:
+            sys.path.append(path)
+    try:
+        import pynvml  # noqa: PLC0415  (optional on nodes: imported only when asked)
+    except ImportError as error:
+        searched = ", ".join(extra_paths) or "sys.path only"
+        raise NvmlUnavailableError(
+            f"pynvml is not importable ({error}; searched {searched})"
+        ) from None
+    return pynvml
+
+
+def bus_id_from_nvml(nvml_bus_id: str) -> str:
+    """'00000000:41:00.0' -> '0000:41:00.0' (sysfs form, lower case)."""
+    domain, bus, device_function = nvml_bus_id.strip().lower().split(":")
+    return f"{int(domain, 16):04x}:{bus}:{device_function}"
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class NvmlReader:
+    """One NVML session: init on enter, shutdown on exit."""
+
+    def __init__(self, pynvml: Any) -> None:
+        self.nvml = pynvml
+        self.handles: list[Any] = []
+
+    def __enter__(self) -> NvmlReader:
+        try:
+            self.nvml.nvmlInit()
+        except self.nvml.NVMLError as error:
+            raise NvmlUnavailableError(f"nvmlInit failed: {error}") from None
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        with contextlib.suppress(self.nvml.NVMLError):
+            self.nvml.nvmlShutdown()
+
+    def optional(self, call: Callable[..., Any], *args: Any) -> Any:
+        """The call's value, None when NVML says not supported (or another per-call error)."""
+        try:
+            return call(*args)
+        except self.nvml.NVMLError:
+            return None
+
+    def driver_version(self) -> str | None:
+        version = self.optional(self.nvml.nvmlSystemGetDriverVersion)
+        return _text(version) if version is not None else None
+
+    def gpus(self) -> list[dict[str, Any]]:
+        count = self.nvml.nvmlDeviceGetCount()
+        gpus = []
+        self.handles = []
+        for index in range(count):
+            try:
+                handle = self.nvml.nvmlDeviceGetHandleByIndex(index)
+            except self.nvml.NVMLError as error:
+                self.handles.append(None)
+                gpus.append({"index": index, "lost": True, "error": str(error)})
+                continue
+            self.handles.append(handle)
+            gpus.append(self.gpu(index, handle))
+        return gpus
+
+    def gpu(self, index: int, handle: Any) -> dict[str, Any]:
+        nvml = self.nvml
+        pci = nvml.nvmlDeviceGetPciInfo(handle)
+        pstate = self.optional(nvml.nvmlDeviceGetPerformanceState, handle)
+        persistence = self.optional(nvml.nvmlDeviceGetPersistenceMode, handle)
+        mig = self.optional(nvml.nvmlDeviceGetMigMode, handle)
+        return {
+            "index": index,
+            "lost": False,
+            "uuid": _text(nvml.nvmlDeviceGetUUID(handle)),
+            "model": _text(nvml.nvmlDeviceGetName(handle)),
+            "bus_id": bus_id_from_nvml(_text(pci.busId)),
+            "pcie": {
+                "current_gen": self.optional(nvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
+                "current_width": self.optional(nvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
+                "max_gen": self.optional(nvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
+                "max_width": self.optional(nvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
+                "max_gen_gpu": self.optional(nvml.nvmlDeviceGetGpuMaxPcieLinkGeneration, handle),
+            },
+            "performance_state": f"P{pstate}" if pstate is not None else None,
+            "persistence_mode": bool(persistence) if persistence is not None else None,
+            "mig_mode": MIG_WORDS.get(mig[0]) if mig is not None else None,
+        }
+
+    def nvlink_peers(self, handle: Any, bus_ids: list[str]) -> dict[str, int]:
+        """Active NVLinks of one GPU by far end: GPU index as text, or 'nvswitch'."""
+        peers: dict[str, int] = {}
+        for link in range(NVLINK_MAX_LINKS):
+            try:
+                active = self.nvml.nvmlDeviceGetNvLinkState(handle, link)
+            except self.nvml.NVMLError:
+                if link == 0:
+                    return peers
+                continue
+            if not active:
+                continue
+            remote = self.optional(self.nvml.nvmlDeviceGetNvLinkRemotePciInfo, handle, link)
+            if remote is None:
+                continue
+            remote_bus_id = bus_id_from_nvml(_text(remote.busId))
+            key = str(bus_ids.index(remote_bus_id)) if remote_bus_id in bus_ids else "nvswitch"
+            peers[key] = peers.get(key, 0) + 1
+        return peers
+
+    def topology(self, gpus: list[dict[str, Any]]) -> list[list[str | None]]:
+        """nvidia-smi topo -m words: NV<n> where NVLinks join a pair, else the PCIe level."""
+        bus_ids = [gpu.get("bus_id", "") for gpu in gpus]
+        peers = [
+            self.nvlink_peers(handle, bus_ids) if handle is not None else {}
+            for handle in self.handles
+        ]
+        matrix: list[list[str | None]] = []
+        for a, handle_a in enumerate(self.handles):
+            row: list[str | None] = []
+            for b, handle_b in enumerate(self.handles):
+                if a == b:
+                    row.append("X")
+                    continue
+                links = nvlink_count(peers[a], peers[b], a, b)
+                if links:
+                    row.append(f"NV{links}")
+                    continue
+                level = None
+                if handle_a is not None and handle_b is not None:
+                    level = self.optional(
+                        self.nvml.nvmlDeviceGetTopologyCommonAncestor, handle_a, handle_b
+                    )
+                row.append(TOPOLOGY_WORDS.get(level) if level is not None else None)
+            matrix.append(row)
+        return matrix
+
+    def p2p(self) -> dict[str, list[list[str]]]:
+        """Per capability, nvidia-smi topo -p2p words (OK, CNS, ...), X on the diagonal."""
+        result: dict[str, list[list[str]]] = {}
+        for name, caps_index in P2P_CAPS.items():
+            matrix = []
+            for a, handle_a in enumerate(self.handles):
+                row = []
+                for b, handle_b in enumerate(self.handles):
+                    if a == b:
+                        row.append("X")
+                    elif handle_a is None or handle_b is None:
+                        row.append("U")
+                    else:
+                        status = self.optional(
+                            self.nvml.nvmlDeviceGetP2PStatus, handle_a, handle_b, caps_index
+                        )
+                        row.append(P2P_WORDS.get(status, "U") if status is not None else "U")
+                matrix.append(row)
+            result[name] = matrix
+        return result
+
+
+def nvlink_count(peers_a: dict[str, int], peers_b: dict[str, int], a: int, b: int) -> int:
+    """Direct links between a and b, plus the smaller link count to a shared NVSwitch."""
+    direct = max(peers_a.get(str(b), 0), peers_b.get(str(a), 0))
+    return direct + min(peers_a.get("nvswitch", 0), peers_b.get("nvswitch", 0))
+
+
+def read_nvml(pynvml: Any) -> dict[str, Any]:
+    """Everything NVML tells: driver version, GPUs, topology matrix, P2P status."""
+    with NvmlReader(pynvml) as reader:
+        gpus = reader.gpus()
+        return {
+            "driver_version": reader.driver_version(),
+            "gpus": gpus,
+            "topology": reader.topology(gpus),
+            "p2p": reader.p2p(),
+        }

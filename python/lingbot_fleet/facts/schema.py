@@ -1,0 +1,66 @@
+"""The facts document's version and shape (docs/facts.md describes every field)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Raise on any change a reader must know about (a field removed, renamed or re-typed).
+FACTS_SCHEMA_VERSION = 1
+FACT_NAME = "lingbot_gpu"
+GPU_SOURCES = ("nvml", "nvidia-smi", "sysfs")
+TOP_LEVEL_KEYS = (
+    "schema_version",
+    "sources",
+    "notes",
+    "driver_version",
+    "kernel",
+    "iommu",
+    "numa",
+    "gpus",
+    "topology",
+    "p2p",
+)
+GPU_KEYS = (
+    "index",
+    "lost",
+    "uuid",
+    "model",
+    "bus_id",
+    "numa_node",
+    "local_cpulist",
+    "pcie",
+    "performance_state",
+    "persistence_mode",
+    "mig_mode",
+    "iommu_group",
+    "host_bridge",
+    "bridges",
+)
+PCIE_KEYS = (
+    "current_gen",
+    "current_width",
+    "max_gen",
+    "max_width",
+    "max_gen_gpu",
+    "max_width_gpu",
+    "upstream_port",
+)
+
+
+def schema_problems(document: dict[str, Any]) -> list[str]:
+    """Shape problems of a facts document (empty when it is a schema-1 document)."""
+    problems: list[str] = []
+    if document.get("schema_version") != FACTS_SCHEMA_VERSION:
+        problems.append(
+            f"schema_version is {document.get('schema_version')!r}, this reader knows "
+            f"{FACTS_SCHEMA_VERSION}; gather the facts again with this toolkit's gpu_facts"
+        )
+        return problems
+    problems += [f"missing key {key}" for key in TOP_LEVEL_KEYS if key not in document]
+    for position, gpu in enumerate(document.get("gpus", [])):
+        problems += [f"gpus[{position}]: missing key {key}" for key in GPU_KEYS if key not in gpu]
+        pcie = gpu.get("pcie") or {}
+        problems += [
+            f"gpus[{position}].pcie: missing key {key}" for key in PCIE_KEYS if key not in pcie
+        ]
+    return problems

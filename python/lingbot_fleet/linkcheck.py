@@ -1,0 +1,385 @@
+"""PCIe link and NUMA checks: facts (+ an optional under-load sample) and policy -> findings.
+
+Pure functions, stdlib only (they run in a role module on the node and on the controller).
+
+Rules:
+- Width is judged at rest: the negotiated width against the expected width (per GPU model,
+  default the GPU's own maximum).
+- Generation: a GPU idling at a low generation is never a finding. A slot that cannot
+  negotiate the expected generation is (`basis: negotiable_max`). Under load (a short
+  host-to-device copy while NVML is sampled) a generation below the expected one is
+  (`basis: under_load`); when the GPU stays in a low-power state throughout the sample
+  the result is indeterminate (info), not a failure.
+- Chipset-attached: see `chipset_evidence`.
+- NUMA: numa_node -1 on a machine with more than one NUMA node.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .findings import Finding
+
+# Vendor and device ids of bridges inside desktop chipsets (AMD Promontory and X570,
+# Intel 600/700-series PCH root ports); policy can add more ("vvvv:dddd").
+KNOWN_CHIPSET_BRIDGE_RANGES: tuple[tuple[int, int, int], ...] = (
+    (0x1022, 0x43B0, 0x43FF),
+    (0x1022, 0x57A3, 0x57A4),
+    (0x8086, 0x7A30, 0x7A4F),
+)
+# A link above the GPU's own slot narrower than this is a chipset uplink, not a CPU port.
+UPLINK_MIN_WIDTH = 8
+# Performance states P0..P4 mean the GPU is working; P5 and above are low-power states.
+ACTIVE_PSTATE_MAX = 4
+
+
+@dataclass(frozen=True)
+class LinkExpectation:
+    gen: int | None = None  # None: the GPU's own maximum generation
+    width: int | None = None  # None: the GPU's own maximum width
+
+
+@dataclass(frozen=True)
+class LinkPolicy:
+    expected_by_model: Mapping[str, LinkExpectation] = field(default_factory=dict)
+    default: LinkExpectation = field(default_factory=LinkExpectation)
+    chipset_bridge_ids: Sequence[str] = ()
+    numa_node_count: int = 0  # 0: take it from the facts
+
+    @classmethod
+    def from_vars(cls, data: Mapping[str, Any]) -> LinkPolicy:
+        """From the gpu_checks role variables, without the role prefix."""
+
+        def expectation(raw: Mapping[str, Any] | None) -> LinkExpectation:
+            raw = raw or {}
+            return LinkExpectation(gen=raw.get("gen"), width=raw.get("width"))
+
+        return cls(
+            expected_by_model={
+                model: expectation(value)
+                for model, value in (data.get("expected_links") or {}).items()
+            },
+            default=expectation(data.get("expected_link_default")),
+            chipset_bridge_ids=tuple(data.get("chipset_bridge_ids") or ()),
+            numa_node_count=int(data.get("numa_node_count") or 0),
+        )
+
+    def expected(self, gpu: Mapping[str, Any]) -> tuple[int | None, int | None]:
+        """(generation, width) expected of this GPU."""
+        pcie = gpu["pcie"]
+        chosen = self.expected_by_model.get(gpu.get("model") or "", self.default)
+        gen = chosen.gen if chosen.gen is not None else pcie.get("max_gen_gpu")
+        width = chosen.width if chosen.width is not None else pcie.get("max_width_gpu")
+        return gen, width
+
+
+def _parse_id(text: str | None) -> int | None:
+    try:
+        return int(text, 16) if text else None
+    except ValueError:
+        return None
+
+
+def known_chipset_bridge(bridge: Mapping[str, Any], extra_ids: Iterable[str] = ()) -> bool:
+    vendor = _parse_id(bridge.get("vendor_id"))
+    device = _parse_id(bridge.get("device_id"))
+    if vendor is None or device is None:
+        return False
+    if any(vendor == v and low <= device <= high for v, low, high in KNOWN_CHIPSET_BRIDGE_RANGES):
+        return True
+    wanted = f"{vendor:04x}:{device:04x}"
+    return any(wanted == item.lower().removeprefix("0x") for item in extra_ids)
+
+
+def chipset_evidence(gpu: Mapping[str, Any], extra_ids: Iterable[str] = ()) -> list[str]:
+    """Why the GPU's path runs through a chipset (empty: it hangs off CPU root ports).
+
+    bridges run from the GPU's slot port (first) up to the root port (last). A path is
+    chipset-attached when
+    1. a bridge has a known chipset vendor:device id; or
+    2. a bridge reporting itself as a root port sits below another PCI bridge (CPU root
+       ports hang off a host bridge; a "root port" further down belongs to a chipset); or
+    3. a link above the GPU's own slot is narrower than x8 while the GPU is x8 or wider
+       (the chipset's shared uplink, e.g. x4 behind a x16 GPU).
+    """
+    bridges = list(gpu.get("bridges") or [])
+    reasons: list[str] = []
+    for position, bridge in enumerate(bridges):
+        name = f"bridge {bridge['bdf']} ({bridge.get('vendor_id')}:{bridge.get('device_id')})"
+        if known_chipset_bridge(bridge, extra_ids):
+            reasons.append(f"{name} is a known chipset bridge")
+        if bridge.get("port_type") == "root_port" and position < len(bridges) - 1:
+            reasons.append(f"{name} is a root port below another PCI bridge")
+        width = (bridge.get("link") or {}).get("max_width")
+        gpu_width = gpu["pcie"].get("max_width_gpu") or 0
+        if (
+            position > 0
+            and width is not None
+            and width < UPLINK_MIN_WIDTH
+            and width < gpu_width
+            and gpu_width >= UPLINK_MIN_WIDTH
+        ):
+            reasons.append(f"{name} feeds the GPU's x{gpu_width} slot through an x{width} link")
+    return reasons
+
+
+def _pstate_number(pstate: str | None) -> int | None:
+    match = re.fullmatch(r"P(\d+)", pstate or "")
+    return int(match.group(1)) if match else None
+
+
+def _is_active(pstate: str | None) -> bool:
+    number = _pstate_number(pstate)
+    return number is not None and number <= ACTIVE_PSTATE_MAX
+
+
+def load_summary(sample: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """From one GPU's under-load sample: whether it worked, the best generation seen."""
+    if not sample or not sample.get("possible"):
+        return None
+    active = [s for s in sample.get("samples", []) if _is_active(s.get("pstate"))]
+    gens = [s["gen"] for s in active if s.get("gen") is not None]
+    return {
+        "active_samples": len(active),
+        "samples": len(sample.get("samples", [])),
+        "max_gen_under_load": max(gens) if gens else None,
+        "pstates_seen": sorted({s.get("pstate") for s in sample.get("samples", [])} - {None}),
+    }
+
+
+def width_findings(gpu: Mapping[str, Any], policy: LinkPolicy) -> list[Finding]:
+    pcie = gpu["pcie"]
+    _gen, expected_width = policy.expected(gpu)
+    width = pcie.get("current_width")
+    if width is None or expected_width is None or width >= expected_width:
+        return []
+    slot_width = pcie.get("max_width")
+    if slot_width is not None and slot_width < expected_width:
+        fix = (
+            f"the slot offers only x{slot_width}: move the GPU to a CPU-attached x"
+            f"{expected_width} slot, or change the BIOS lane split (bifurcation, lanes "
+            "shared with M.2/U.2 slots) so this slot gets all its lanes"
+        )
+    else:
+        fix = (
+            f"the slot can do x{slot_width} but the link trained at x{width}: reseat the "
+            "card, check the riser or cable, and look for PCIe errors in the kernel log"
+        )
+    return [
+        Finding(
+            code="PCIE_WIDTH_BELOW_EXPECTED",
+            severity="error",
+            subject=gpu["bus_id"],
+            message=(
+                f"GPU {gpu['index']} ({gpu.get('model')}) runs at x{width}, "
+                f"expected x{expected_width}"
+            ),
+            evidence={
+                "current_width": width,
+                "max_width": slot_width,
+                "max_width_gpu": pcie.get("max_width_gpu"),
+                "expected_width": expected_width,
+                "upstream_port": pcie.get("upstream_port"),
+            },
+            fix=fix,
+        )
+    ]
+
+
+def generation_findings(
+    gpu: Mapping[str, Any], policy: LinkPolicy, sample: Mapping[str, Any] | None
+) -> list[Finding]:
+    pcie = gpu["pcie"]
+    expected_gen, _width = policy.expected(gpu)
+    if expected_gen is None:
+        return []
+    negotiable = pcie.get("max_gen")
+    summary = load_summary(sample)
+    evidence: dict[str, Any] = {
+        "current_gen_at_rest": pcie.get("current_gen"),
+        "max_gen": negotiable,
+        "max_gen_gpu": pcie.get("max_gen_gpu"),
+        "expected_gen": expected_gen,
+        "upstream_port": pcie.get("upstream_port"),
+        "load": summary,
+    }
+    label = f"GPU {gpu['index']} ({gpu.get('model')})"
+    if negotiable is not None and negotiable < expected_gen:
+        return [
+            Finding(
+                code="PCIE_GEN_BELOW_EXPECTED",
+                severity="error",
+                subject=gpu["bus_id"],
+                message=(
+                    f"{label}: GPU and slot can negotiate at most Gen{negotiable}, "
+                    f"expected Gen{expected_gen}"
+                ),
+                evidence={**evidence, "basis": "negotiable_max"},
+                fix=(
+                    f"set the slot's PCIe link speed to Gen{expected_gen} in the BIOS "
+                    "(Auto may train lower), or use a slot and riser rated for "
+                    f"Gen{expected_gen}"
+                ),
+            )
+        ]
+    if summary is None:
+        return []
+    under_load = summary["max_gen_under_load"]
+    if under_load is None:
+        return [
+            Finding(
+                code="PCIE_GEN_INDETERMINATE",
+                severity="info",
+                subject=gpu["bus_id"],
+                message=(
+                    f"{label} stayed in a low-power state during the load sample "
+                    f"({', '.join(summary['pstates_seen']) or 'no samples'}); its link "
+                    "generation under load is unknown"
+                ),
+                evidence={**evidence, "basis": "under_load"},
+                fix="run the check again while nothing holds the GPU in a low-power state",
+            )
+        ]
+    if under_load < expected_gen:
+        return [
+            Finding(
+                code="PCIE_GEN_BELOW_EXPECTED",
+                severity="error",
+                subject=gpu["bus_id"],
+                message=(
+                    f"{label} reached only Gen{under_load} under load, expected Gen{expected_gen}"
+                ),
+                evidence={**evidence, "basis": "under_load"},
+                fix=(
+                    "the link does not train up under load: reseat the card, check the "
+                    f"riser, and set the slot's link speed to Gen{expected_gen} in the BIOS"
+                ),
+            )
+        ]
+    return []
+
+
+def chipset_findings(gpu: Mapping[str, Any], policy: LinkPolicy) -> list[Finding]:
+    reasons = chipset_evidence(gpu, policy.chipset_bridge_ids)
+    if not reasons:
+        return []
+    return [
+        Finding(
+            code="PCIE_GPU_BEHIND_CHIPSET",
+            severity="warning",
+            subject=gpu["bus_id"],
+            message=(
+                f"GPU {gpu['index']} ({gpu.get('model')}) is attached through the chipset, "
+                "not a CPU root port: host and peer traffic share the chipset uplink"
+            ),
+            evidence={
+                "reasons": reasons,
+                "bridges": [
+                    {
+                        "bdf": bridge["bdf"],
+                        "id": f"{bridge.get('vendor_id')}:{bridge.get('device_id')}",
+                        "port_type": bridge.get("port_type"),
+                        "max_width": (bridge.get("link") or {}).get("max_width"),
+                    }
+                    for bridge in gpu.get("bridges") or []
+                ],
+            },
+            fix=(
+                "move the GPU to a slot wired to the CPU (the board manual lists which "
+                "slots hang off the chipset)"
+            ),
+        )
+    ]
+
+
+def cmdline_has_pci_noacpi(cmdline: str | None) -> bool:
+    try:
+        tokens = shlex.split(cmdline or "")
+    except ValueError:
+        tokens = (cmdline or "").split()
+    return any(
+        token.startswith("pci=") and "noacpi" in token.split("=", 1)[1].split(",")
+        for token in tokens
+    )
+
+
+def numa_findings(facts: Mapping[str, Any], policy: LinkPolicy) -> list[Finding]:
+    numa = facts.get("numa") or {}
+    counts = [
+        policy.numa_node_count,
+        numa.get("node_count") or 0,
+        len(numa.get("device_nodes", [])),
+    ]
+    node_count = max(counts)
+    noacpi = cmdline_has_pci_noacpi((facts.get("kernel") or {}).get("cmdline"))
+    findings = []
+    for gpu in facts.get("gpus", []):
+        if gpu.get("numa_node") != -1 or gpu.get("lost"):
+            continue
+        if node_count <= 1 and not noacpi:
+            continue
+        if noacpi:
+            fix = "remove pci=noacpi from the kernel command line (role kernel_cmdline) and reboot"
+        else:
+            fix = (
+                "the firmware reports no proximity for this device: update the BIOS and "
+                "enable ACPI NUMA reporting (SRAT, NUMA nodes per socket)"
+            )
+        findings.append(
+            Finding(
+                code="NUMA_NODE_MISSING",
+                severity="error" if node_count > 1 else "warning",
+                subject=gpu["bus_id"],
+                message=(
+                    f"GPU {gpu['index']} reports numa_node -1"
+                    + (f" on a machine with {node_count} NUMA nodes" if node_count > 1 else "")
+                    + ": processes cannot be bound next to it"
+                ),
+                evidence={
+                    "numa_node": -1,
+                    "numa_node_count": node_count,
+                    "pci_noacpi": noacpi,
+                    "cmdline": (facts.get("kernel") or {}).get("cmdline"),
+                },
+                fix=fix,
+            )
+        )
+    return findings
+
+
+def lost_findings(gpu: Mapping[str, Any]) -> list[Finding]:
+    if not gpu.get("lost"):
+        return []
+    return [
+        Finding(
+            code="GPU_LOST",
+            severity="critical",
+            subject=gpu["bus_id"] or f"GPU {gpu['index']}",
+            message=f"GPU {gpu['index']} does not answer the driver",
+            evidence={"error": gpu.get("error")},
+            fix="check the kernel log (Xid 79: fallen off the bus), reseat or replace the GPU",
+        )
+    ]
+
+
+def check_links(
+    facts: Mapping[str, Any],
+    policy: LinkPolicy,
+    load: Mapping[str, Any] | None = None,
+) -> list[Finding]:
+    """Every PCIe link and NUMA finding of a node; `load` is gpu_link_load's result."""
+    samples = {sample["bus_id"]: sample for sample in (load or {}).get("gpus", [])}
+    findings: list[Finding] = []
+    for gpu in facts.get("gpus", []):
+        if gpu.get("lost"):
+            findings += lost_findings(gpu)
+            continue
+        findings += width_findings(gpu, policy)
+        findings += generation_findings(gpu, policy, samples.get(gpu["bus_id"]))
+        findings += chipset_findings(gpu, policy)
+    findings += numa_findings(facts, policy)
+    return findings

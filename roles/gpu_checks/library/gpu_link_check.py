@@ -1,0 +1,131 @@
+#!/usr/bin/python
+"""Ansible module: judge the GPU facts (and a load sample) against the link policy."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: gpu_link_check
+short_description: PCIe link and NUMA findings from the GPU facts and policy
+description:
+  - Runs lingbot_fleet.linkcheck on the facts gathered by gpu_facts and, when given, the
+    under-load sample of gpu_link_load. Width is judged at rest; generation under load or
+    against what GPU and slot can negotiate; a GPU idling at a low generation is never a
+    finding.
+  - Fails when a finding is at or above I(fail_on); changes nothing.
+options:
+  facts:
+    description: The lingbot_gpu facts document.
+    type: dict
+    required: true
+  load:
+    description: The C(load) result of gpu_link_load.
+    type: dict
+  expected_links:
+    description: GPU model (as NVML names it) -> C({gen, width}) expected of it.
+    type: dict
+    default: {}
+  expected_link_default:
+    description: C({gen, width}) for other models; a missing key means the GPU's own maximum.
+    type: dict
+    default: {}
+  chipset_bridge_ids:
+    description: More C(vvvv:dddd) bridge ids to treat as chipset bridges.
+    type: list
+    elements: str
+    default: []
+  numa_node_count:
+    description: NUMA nodes of the machine; 0 takes it from the facts.
+    type: int
+    default: 0
+  fail_on:
+    description: Fail when a finding has this severity or a worse one; C(never) only reports.
+    type: str
+    choices: [info, warning, error, critical, never]
+    default: error
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+author:
+  - lingbot-fleet
+"""
+
+EXAMPLES = r"""
+- name: Check the PCIe links
+  gpu_link_check:
+    facts: "{{ ansible_facts['lingbot_gpu'] }}"
+    load: "{{ link_load.load }}"
+    fail_on: error
+"""
+
+RETURN = r"""
+findings:
+  description: Findings, each with code, severity, subject, message, evidence and fix.
+  returned: always
+  type: list
+  elements: dict
+counts:
+  description: Number of findings per severity.
+  returned: always
+  type: dict
+summary:
+  description: One line per finding, "<severity> <code> <subject>: <message>".
+  returned: always
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.lingbot_fleet.facts import schema_problems
+from ansible.module_utils.lingbot_fleet.findings import at_or_above, count_by_severity
+from ansible.module_utils.lingbot_fleet.linkcheck import LinkPolicy, check_links
+
+
+def run_module() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "facts": {"type": "dict", "required": True},
+            "load": {"type": "dict"},
+            "expected_links": {"type": "dict", "default": {}},
+            "expected_link_default": {"type": "dict", "default": {}},
+            "chipset_bridge_ids": {"type": "list", "elements": "str", "default": []},
+            "numa_node_count": {"type": "int", "default": 0},
+            "fail_on": {
+                "type": "str",
+                "choices": ["info", "warning", "error", "critical", "never"],
+                "default": "error",
+            },
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    problems = schema_problems(params["facts"])
+    if problems:
+        module.fail_json(msg=f"facts are not a lingbot_gpu document: {'; '.join(problems)}")
+    policy = LinkPolicy.from_vars(params)
+    findings = check_links(params["facts"], policy, params["load"])
+    result = {
+        "changed": False,
+        "findings": [finding.to_dict() for finding in findings],
+        "counts": count_by_severity(findings),
+        "summary": [f"{f.severity} {f.code} {f.subject}: {f.message}" for f in findings],
+    }
+    if params["fail_on"] != "never":
+        failing = at_or_above(findings, params["fail_on"])
+        if failing:
+            summary = "; ".join(f"{f.code} {f.subject}: {f.message}" for f in failing)
+            module.fail_json(
+                msg=f"{len(failing)} finding(s) at or above {params['fail_on']}: {summary}",
+                **result,
+            )
+    module.exit_json(**result)
+
+
+def main() -> None:
+    run_module()
+
+
+if __name__ == "__main__":
+    main()
