@@ -58,3 +58,13 @@ def test_present_and_absent_contradict(specs):
     assert len(problems) == 1
     assert problems[0].startswith("kernel_cmdline: kernel_cmdline_present/kernel_cmdline_absent:")
     assert "iommu" in problems[0]
+
+
+def test_example_inventory_is_valid(specs):
+    import yaml
+
+    variables = {}
+    for path in sorted((ROLES.parent / "inventory/example/group_vars/gpu-nodes").glob("*.yml")):
+        variables.update(yaml.safe_load(path.read_text()) or {})
+    assert "kernel_cmdline_present" in variables
+    assert messages(variables, specs) == []
