@@ -93,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
     parse.add_argument("kind", choices=KINDS)
     parse.add_argument("file")
     parse.set_defaults(func=_cmd_parse)
+
+    from .generations_cli import add_generations_parser  # noqa: PLC0415
+    from .plan.cli import add_plan_parser  # noqa: PLC0415
+
+    add_plan_parser(commands)
+    add_generations_parser(commands)
     return parser
 
 

@@ -15,6 +15,7 @@ import pytest
 
 import lingbot_fleet
 import lingbot_fleet.cmdline
+import lingbot_fleet.generations
 import lingbot_fleet.grub
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,6 +35,9 @@ def load_module() -> ModuleType:
     sys.modules.setdefault("ansible.module_utils.lingbot_fleet", lingbot_fleet)
     sys.modules.setdefault("ansible.module_utils.lingbot_fleet.cmdline", lingbot_fleet.cmdline)
     sys.modules.setdefault("ansible.module_utils.lingbot_fleet.grub", lingbot_fleet.grub)
+    sys.modules.setdefault(
+        "ansible.module_utils.lingbot_fleet.generations", lingbot_fleet.generations
+    )
     ansible.module_utils.lingbot_fleet = lingbot_fleet  # type: ignore[attr-defined]
     spec = importlib.util.spec_from_file_location("kernel_cmdline", LIBRARY / "kernel_cmdline.py")
     assert spec is not None and spec.loader is not None
@@ -90,6 +94,8 @@ def params(root: Path, **overrides: Any) -> dict[str, Any]:
         "dropin_name": "lingbot-fleet",
         "update_bootloader": True,
         "backup_dir": "/var/backup",
+        "generation_run_id": None,
+        "generations_dir": "/var/lib/lingbot-fleet/generations",
         "root": str(root),
         "verify": False,
         "verify_gpu_numa": True,
@@ -113,6 +119,7 @@ def configure(root: Path, node: FakeNode, *, check_mode: bool = False, **overrid
         backup_dir=overrides.get("backup_dir", "/var/backup"),
         runner=node.run,
         stamp="20250101T000000",
+        generation_run_id=overrides.get("generation_run_id"),
     )
     return kc.configure(params(root, **overrides), actions, find_all)
 
@@ -295,6 +302,57 @@ def test_grubby_family_second_run_is_unchanged(tmp_path: Path) -> None:
     assert result["commands"] == []
 
 
+# --- recording into the run's generation -----------------------------------------------
+
+GENERATIONS = "var/lib/lingbot-fleet/generations"
+
+
+def test_generation_run_id_records_files_instead_of_backing_up(tmp_path: Path) -> None:
+    root = make_root(tmp_path, DEBIAN12, RUNNING_OLD)
+    result = configure(root, FakeNode(), generation_run_id="run-1")
+    pending = root / GENERATIONS / "pending/run-1"
+    assert result["backups"] == [str(pending / "files/etc/default/grub")]
+    assert (pending / "files/etc/default/grub").read_text() == DEBIAN12
+    assert not (root / "var/backup").exists()
+    committed = lingbot_fleet.generations.commit(
+        "/" + GENERATIONS, "run-1", {"playbook": "site.yml"}, root=str(root)
+    )
+    assert committed.generation == 1
+    assert committed.changed_files == ["/etc/default/grub", "/" + DROPIN]
+    plan = lingbot_fleet.generations.plan_rollback("/" + GENERATIONS, root=str(root))
+    assert [(r.path, r.action) for r in plan.restores] == [
+        ("/etc/default/grub", "write"),
+        ("/" + DROPIN, "remove"),
+    ]
+    lingbot_fleet.generations.apply_rollback(plan, "/" + GENERATIONS, "rb", str(root))
+    assert (root / "etc/default/grub").read_text() == DEBIAN12
+    assert not (root / DROPIN).exists()
+
+
+def test_generation_check_mode_records_nothing(tmp_path: Path) -> None:
+    root = make_root(tmp_path, DEBIAN12, RUNNING_OLD)
+    before = snapshot(root)
+    configure(root, FakeNode(), check_mode=True, generation_run_id="run-1")
+    assert snapshot(root) == before
+
+
+def test_grubby_family_records_the_boot_entries_before_grubby(tmp_path: Path) -> None:
+    grub_text = 'GRUB_CMDLINE_LINUX="crashkernel=auto pci=noacpi rhgb quiet"\n'
+    root = make_root(tmp_path, grub_text, RUNNING_OLD)
+    entries = root / "boot/loader/entries"
+    entries.mkdir(parents=True)
+    (entries / "abc-5.14.0.conf").write_text("options ro pci=noacpi,realloc\n")
+    (root / "boot/grub2").mkdir(parents=True)
+    (root / "boot/grub2/grubenv").write_text("# GRUB Environment Block\n")
+    configure(root, FakeNode(GRUBBY_INFO), bootloader="grubby", generation_run_id="run-1")
+    manifest = json.loads((root / GENERATIONS / "pending/run-1/manifest.json").read_text())
+    assert [entry["path"] for entry in manifest["files"]] == [
+        "/etc/default/grub",
+        "/boot/loader/entries/abc-5.14.0.conf",
+        "/boot/grub2/grubenv",
+    ]
+
+
 # --- verify mode ---------------------------------------------------------------------------
 
 
@@ -414,6 +472,14 @@ def test_real_ansible_check_then_apply_then_unchanged(tmp_path: Path) -> None:
     again = run_ansible(root)
     assert again["changed"] is False
     assert again["files"] == []
+
+
+def test_real_ansible_records_into_the_generation(tmp_path: Path) -> None:
+    root = make_root(tmp_path, DEBIAN12, RUNNING_OLD)
+    applied = run_ansible(root, generation_run_id="run-1")
+    pending = root / "var/lib/lingbot-fleet/generations/pending/run-1"
+    assert applied["backups"] == [str(pending / "files/etc/default/grub")]
+    assert (pending / "files/etc/default/grub").read_text() == DEBIAN12
 
 
 def test_real_ansible_reports_a_bad_policy(tmp_path: Path) -> None:

@@ -28,6 +28,8 @@ from .rootfs import ensure_rootfs
 
 Log = Callable[[str], None]
 STATE_FILE = "lab.json"
+# Inside each node: which lab home started it, so orphans of a crash can be found.
+LAB_HOME_MARKER = "opt/lingbot-lab/lab-home"
 SSH_WAIT_S = 90.0
 
 
@@ -109,6 +111,34 @@ def _pid_alive(pid: int, must_contain: str) -> bool:
     return must_contain in cmdline
 
 
+def _orphan_container_inits(lab_home: Path) -> list[int]:
+    """Init processes of containers this lab started whose nspawn parent is gone.
+
+    A container's init outlives a killed systemd-nspawn (it is reparented), and once its
+    overlay was lazily unmounted /proc/<pid>/root no longer names it; the marker file
+    the lab puts in every node still tells which lab it belongs to.
+    """
+    own_namespace = os.readlink("/proc/self/ns/pid")
+    inits = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.readlink(entry / "ns/pid") == own_namespace:
+                continue
+            nspids = next(
+                line.split()[1:]
+                for line in (entry / "status").read_text().splitlines()
+                if line.startswith("NSpid:")
+            )
+            marker = (entry / "root" / LAB_HOME_MARKER).read_text().strip()
+        except (OSError, StopIteration):
+            continue
+        if nspids[-1] == "1" and marker == str(lab_home):
+            inits.append(int(entry.name))
+    return inits
+
+
 def _port_free(port: int) -> bool:
     with socket.socket() as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -161,13 +191,16 @@ def _copy_tree(source: Path, destination: Path) -> None:
     )
 
 
-def _install_lab_files(spec: NodeSpec, profile: dict, root: Path, public_key: str) -> None:
+def _install_lab_files(
+    spec: NodeSpec, profile: dict, root: Path, public_key: str, lab_home: Path
+) -> None:
     """Copy the node-side lab into the node's overlay and give it its identity."""
     for source, destination, mode in layout.NODE_FILES:
         _copy_file(layout.LAB_SOURCE / source, root / destination, mode)
     for source, destination in layout.NODE_TREES:
         _copy_tree(layout.LAB_SOURCE / source, root / destination)
     (root / "opt/lingbot-lab/profile.json").write_text(json.dumps(profile, indent=1) + "\n")
+    (root / LAB_HOME_MARKER).write_text(f"{lab_home}\n")
     wants = root / "etc/systemd/system/sysinit.target.wants"
     wants.mkdir(parents=True, exist_ok=True)
     link = wants / "lingbot-lab-firmware.service"
@@ -244,7 +277,8 @@ class Lab:
     # up ------------------------------------------------------------------
     def up(self, profiles: list[str]) -> list[NodeSpec]:
         specs = plan_nodes(profiles)
-        if specs == self.nodes() and all(self.ssh_ok(spec) for spec in specs):
+        running = all(self.supervisor_pid(spec) and self.ssh_ok(spec) for spec in specs)
+        if specs == self.nodes() and running:
             self.log(f"lab already up with {len(specs)} node(s)")
             self.write_inventory(specs)
             return specs
@@ -290,7 +324,7 @@ class Lab:
             check=True,
         )
         profile = load_profile(spec.profile)
-        _install_lab_files(spec, profile, directory / "merged", public_key)
+        _install_lab_files(spec, profile, directory / "merged", public_key, self.home)
         (directory / "node.json").write_text(json.dumps(asdict(spec)))
         with open(directory / "supervisor.log", "ab") as supervisor_log:
             process = subprocess.Popen(
@@ -388,6 +422,12 @@ class Lab:
                 os.kill(pid, signal.SIGTERM)
         for spec in specs:
             self._wait_stopped(spec)
+        orphans = _orphan_container_inits(self.home)
+        for pid in orphans:
+            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while orphans and time.monotonic() < deadline and _orphan_container_inits(self.home):
+            time.sleep(0.1)
         nodes_dir = self.home / "nodes"
         _unmount_all(nodes_dir)
         for spec in specs:
@@ -415,11 +455,24 @@ class Lab:
         time.sleep(0.5)
 
     def _nspawn_pids(self, spec: NodeSpec) -> list[int]:
+        """systemd-nspawn processes of the node, and every process living inside it.
+
+        After a crash the container's init survives its nspawn parent, so the processes
+        whose root directory is the node's overlay are found through /proc/<pid>/root.
+        """
         marker = f"--machine={spec.machine} --directory={spec.directory(self.home) / 'merged'}"
+        merged = str(spec.directory(self.home) / "merged")
         pids = []
         for entry in Path("/proc").iterdir():
-            if entry.name.isdigit() and _pid_alive(int(entry.name), marker):
-                pids.append(int(entry.name))
+            if not entry.name.isdigit():
+                continue
+            pid = int(entry.name)
+            try:
+                root = os.readlink(entry / "root")
+            except OSError:
+                root = ""
+            if root == merged or _pid_alive(pid, marker):
+                pids.append(pid)
         return pids
 
     # status --------------------------------------------------------------

@@ -23,7 +23,12 @@ description:
     of a file stays as it was (comments, quoting, CRLF line ends).
   - Each changed file is checked before it lands (the module's own parse of the result
     must satisfy the policy, and C(sh -n) must accept it), written atomically, and its
-    previous version is saved under O(backup_dir).
+    previous version is saved: in the run's generation when O(generation_run_id) is
+    set (the generations role; a file that did not exist is recorded as absent, so a
+    rollback removes it), else under O(backup_dir).
+  - With O(generation_run_id) set on the RedHat family, the boot entries
+    (C(/boot/loader/entries/*.conf)) and C(grubenv) are recorded too before C(grubby)
+    changes them.
   - The module runs C(update-grub) or C(grubby) itself, only when it changed something
     and never in check mode, so that a reboot later in the same play boots the new
     configuration.
@@ -82,6 +87,16 @@ options:
         C(<backup_dir>/<timestamp>/<path of the file>).
     type: path
     default: /var/lib/lingbot-fleet/backup
+  generation_run_id:
+    description:
+      - The run id of the generations role (C(generations_run_id)). When set, every file
+        is recorded in C(<generations_dir>/pending/<run id>/) before it is written, and
+        O(backup_dir) is not used.
+    type: str
+  generations_dir:
+    description: Where the generations live (the generations role's C(generations_dir)).
+    type: path
+    default: /var/lib/lingbot-fleet/generations
   root:
     description:
       - Prefix for every path the module reads or writes, for image builds and tests.
@@ -175,7 +190,8 @@ files:
   elements: str
   sample: ["/etc/default/grub", "/etc/default/grub.d/lingbot-fleet.cfg"]
 backups:
-  description: Where the previous versions were saved.
+  description: Where the previous versions were saved (in the run's open generation
+    when generation_run_id is set).
   returned: when verify is false
   type: list
   elements: str
@@ -224,6 +240,11 @@ from ansible.module_utils.lingbot_fleet.cmdline import (
     split_words,
     strip_unwanted,
 )
+from ansible.module_utils.lingbot_fleet.generations import (
+    GenerationError,
+    pending_dir,
+    record_before,
+)
 from ansible.module_utils.lingbot_fleet.grub import (
     DEFAULT_GRUB_PATH,
     GRUB_D_DIR,
@@ -245,12 +266,16 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "dropin_name": {"type": "str", "default": "lingbot-fleet"},
     "update_bootloader": {"type": "bool", "default": True},
     "backup_dir": {"type": "path", "default": "/var/lib/lingbot-fleet/backup"},
+    "generation_run_id": {"type": "str"},
+    "generations_dir": {"type": "path", "default": "/var/lib/lingbot-fleet/generations"},
     "root": {"type": "path", "default": "/"},
     "verify": {"type": "bool", "default": False},
     "verify_gpu_numa": {"type": "bool", "default": True},
 }
 
 NVIDIA_VENDOR_ID = "0x10de"
+BLS_ENTRIES_GLOB = "/boot/loader/entries/*.conf"
+GRUBENV_PATHS = ("/boot/grub2/grubenv", "/boot/grub/grubenv")
 DISPLAY_CLASS_PREFIX = "0x03"
 
 
@@ -305,8 +330,23 @@ class Actions:
     commands: list[list[str]] = field(default_factory=list)
     diffs: list[dict[str, str]] = field(default_factory=list)
     sh_path: str | None = None
+    generation_run_id: str | None = None
+    generations_dir: str = "/var/lib/lingbot-fleet/generations"
+
+    def record(self, paths: list[str]) -> None:
+        """Record the paths in the run's generation (outside check mode)."""
+        if self.check_mode or self.generation_run_id is None or not paths:
+            return
+        run_dir = pending_dir(self.generations_dir, self.generation_run_id, self.root)
+        for path in record_before(self.generations_dir, self.generation_run_id, paths, self.root):
+            saved = os.path.join(run_dir, "files", path.lstrip("/"))
+            if os.path.exists(saved):
+                self.backups.append(saved)
 
     def _backup(self, path: str) -> None:
+        if self.generation_run_id is not None:
+            self.record([path])
+            return
         source = on_root(self.root, path)
         if not os.path.exists(source):
             return
@@ -530,6 +570,8 @@ def configure(
     for path, new_text in plan.new_texts.items():
         if new_text is not None:
             actions.validate(path, new_text)
+    # Every file goes into the run's generation before the first one is written.
+    actions.record(list(plan.new_texts))
     for path, new_text in plan.new_texts.items():
         before = read_optional(on_root(root, path))
         if new_text is None:
@@ -539,8 +581,16 @@ def configure(
     if bootloader == "grub_d" and plan.new_texts and update_path is not None:
         actions.run([update_path])
     if grubby_argv is not None:
+        actions.record(boot_entry_paths(root))
         actions.run(grubby_argv)
     return result_for(policy, plan, running_text, actions)
+
+
+def boot_entry_paths(root: str) -> list[str]:
+    """The files grubby edits: BLS entries and grubenv (node paths)."""
+    found = sorted(glob.glob(on_root(root, BLS_ENTRIES_GLOB)))
+    paths = [os.path.join(os.path.dirname(BLS_ENTRIES_GLOB), os.path.basename(p)) for p in found]
+    return paths + [p for p in GRUBENV_PATHS if os.path.isfile(on_root(root, p))]
 
 
 def result_for(
@@ -672,13 +722,15 @@ def run_module() -> None:
                 backup_dir=module.params["backup_dir"],
                 runner=runner,
                 mover=mover,
+                generation_run_id=module.params["generation_run_id"],
+                generations_dir=module.params["generations_dir"],
             )
             result = configure(module.params, actions, find_bin)
             if not module._diff:
                 result.pop("diff")
     except ModuleError as error:
         module.fail_json(msg=error.msg, **error.details)
-    except (PolicyError, GrubParseError, GrubEditError) as error:
+    except (PolicyError, GrubParseError, GrubEditError, GenerationError) as error:
         message = str(error)
         if "nothing was written" not in message:
             message += " Nothing was written."

@@ -1,0 +1,793 @@
+"""Generations: every file the toolkit changes on a node, saved before the change.
+
+Stdlib-only: this module runs on nodes (shipped as
+``ansible.module_utils.lingbot_fleet.generations``).
+
+Layout under the generations directory (default ``/var/lib/lingbot-fleet/generations``)::
+
+    pending/<run id>/manifest.json     the run's open generation: "before" states only
+    pending/<run id>/files/<path>      the saved copy of each file that existed
+    <n>/manifest.json                  a committed generation: "before" and "after"
+    <n>/files/<path>
+
+A run records a file (``record_before``) before it writes it, once per path per run.
+``commit`` fills in the "after" states, the running kernel command line and the plan in
+force, drops the files that did not change, and either renames the pending directory
+to the next number or, when nothing changed, removes it. Then only the newest
+``keep`` generations are kept.
+
+Rollback makes the node as it was after generation ``target`` (default: the one before
+the newest): every file touched by a later generation goes back to the "before" state
+of the earliest of them, byte for byte with mode and owner, or is removed when it did not
+exist. Nothing is touched unless every manifest parses, every saved copy matches its
+checksum and every current file is as the newest generation left it (or ``force``).
+
+Every function takes ``root``, a prefix for every node path (``/`` on a node, a temp
+dir in tests).
+"""
+
+from __future__ import annotations
+
+import grp
+import hashlib
+import json
+import os
+import pwd
+import re
+import shutil
+import stat
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA = 1
+DEFAULT_GENERATIONS_DIR = "/var/lib/lingbot-fleet/generations"
+DEFAULT_PLAN_PATH = "/etc/lingbot/plan.json"
+DEFAULT_KEEP = 20
+MANIFEST = "manifest.json"
+PENDING = "pending"
+FILES = "files"
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+_CHUNK_BYTES = 1 << 20
+
+KIND_GRUB = "grub"
+KIND_UNIT = "unit"
+KIND_LINGBOT = "lingbot"
+KIND_OTHER = "other"
+_GRUB_PREFIXES = ("/etc/default/grub", "/boot/loader/entries/", "/boot/grub")
+_UNIT_DIRS = ("/etc/systemd/system/", "/lib/systemd/system/", "/usr/lib/systemd/system/")
+_LINGBOT_DIR = "/etc/lingbot/"
+LINGBOT_UNIT = "lingbot@{instance}.service"
+
+
+class GenerationError(Exception):
+    """A generation that cannot be recorded, read or restored; nothing was touched."""
+
+
+# --- paths and file states ---------------------------------------------------------
+
+
+def on_root(root: str, path: str) -> str:
+    return os.path.join(root, path.lstrip("/"))
+
+
+def _check_node_path(path: str) -> str:
+    normal = os.path.normpath(path)
+    if not path.startswith("/") or normal != path or "/../" in f"{normal}/":
+        raise GenerationError(
+            f"{path!r} is not a normalized absolute path; give each recorded path as /dir/file"
+        )
+    return path
+
+
+def check_run_id(run_id: str) -> str:
+    if not _RUN_ID.fullmatch(run_id):
+        raise GenerationError(
+            f"run id {run_id!r} is not usable as a directory name; use letters, digits, "
+            "'_', '-' and '.' (at most 128), e.g. 20250101T120000Z-4711"
+        )
+    return run_id
+
+
+def kind_of(path: str) -> str:
+    """What a file is, for what a restore must do afterwards."""
+    if path.startswith(_GRUB_PREFIXES):
+        return KIND_GRUB
+    if path.startswith(_UNIT_DIRS):
+        return KIND_UNIT
+    if path.startswith(_LINGBOT_DIR):
+        return KIND_LINGBOT
+    return KIND_OTHER
+
+
+@dataclass(frozen=True)
+class FileState:
+    """A file as it is (or was): absent, or a regular file with mode, owner, checksum."""
+
+    exists: bool
+    mode: int = 0
+    uid: int = 0
+    gid: int = 0
+    owner: str = ""
+    group: str = ""
+    size: int = 0
+    sha256: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        if not self.exists:
+            return {"exists": False}
+        return {
+            "exists": True,
+            "mode": f"{self.mode:04o}",
+            "uid": self.uid,
+            "gid": self.gid,
+            "owner": self.owner,
+            "group": self.group,
+            "size": self.size,
+            "sha256": self.sha256,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> FileState:
+        if not data.get("exists"):
+            return cls(exists=False)
+        sha = str(data["sha256"])
+        if not re.fullmatch(r"[0-9a-f]{64}", sha):
+            raise ValueError(f"sha256 {sha!r} is not 64 hex digits")
+        return cls(
+            exists=True,
+            mode=int(str(data["mode"]), 8),
+            uid=int(data["uid"]),
+            gid=int(data["gid"]),
+            owner=str(data.get("owner", "")),
+            group=str(data.get("group", "")),
+            size=int(data["size"]),
+            sha256=sha,
+        )
+
+    def same_content_and_metadata(self, other: FileState) -> bool:
+        if self.exists != other.exists:
+            return False
+        if not self.exists:
+            return True
+        return (self.sha256, self.mode, self.uid, self.gid) == (
+            other.sha256,
+            other.mode,
+            other.uid,
+            other.gid,
+        )
+
+
+def sha256_of(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(_CHUNK_BYTES), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _name_of_uid(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _name_of_gid(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def file_state(real_path: str, shown_path: str | None = None) -> FileState:
+    """The state of the file at ``real_path``; only regular files (or nothing) qualify."""
+    try:
+        info = os.lstat(real_path)
+    except FileNotFoundError:
+        return FileState(exists=False)
+    if not stat.S_ISREG(info.st_mode):
+        raise GenerationError(
+            f"{shown_path or real_path} is not a regular file (a link, directory or "
+            "device); generations hold regular files only. Replace it with a file or "
+            "leave it out of the recorded paths"
+        )
+    return FileState(
+        exists=True,
+        mode=stat.S_IMODE(info.st_mode),
+        uid=info.st_uid,
+        gid=info.st_gid,
+        owner=_name_of_uid(info.st_uid),
+        group=_name_of_gid(info.st_gid),
+        size=info.st_size,
+        sha256=sha256_of(real_path),
+    )
+
+
+# --- atomic writes -----------------------------------------------------------------
+
+
+def write_json_atomic(path: str, data: Any) -> None:
+    directory = os.path.dirname(path)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    fd, temp_path = tempfile.mkstemp(prefix=".manifest.", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=2, sort_keys=True)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp_path, path)
+    finally:
+        if os.path.exists(temp_path):
+            os.unlink(temp_path)
+
+
+def _copy_with_state(source: str, dest: str, state: FileState) -> str:
+    """Copy ``source`` to a temp file beside ``dest`` with the state's mode and owner."""
+    directory = os.path.dirname(dest)
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    fd, temp_path = tempfile.mkstemp(prefix=".lingbot-fleet.", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as out, open(source, "rb") as handle:
+            shutil.copyfileobj(handle, out, _CHUNK_BYTES)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chown(temp_path, state.uid, state.gid)
+        os.chmod(temp_path, state.mode)
+    except BaseException:
+        os.unlink(temp_path)
+        raise
+    return temp_path
+
+
+# --- recording ---------------------------------------------------------------------
+
+
+def pending_dir(generations_dir: str, run_id: str, root: str = "/") -> str:
+    return on_root(root, os.path.join(generations_dir, PENDING, check_run_id(run_id)))
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _read_json(path: str) -> Any:
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def _load_pending(run_dir: str, run_id: str) -> dict[str, Any]:
+    manifest_path = os.path.join(run_dir, MANIFEST)
+    if not os.path.exists(manifest_path):
+        return {"schema": SCHEMA, "run_id": run_id, "opened": _now(), "files": []}
+    try:
+        manifest = _read_json(manifest_path)
+        if not isinstance(manifest.get("files"), list):
+            raise ValueError("'files' is not a list")
+    except (OSError, ValueError) as error:
+        raise GenerationError(
+            f"{manifest_path} cannot be read ({error}); this run's open generation is "
+            "damaged. Remove that directory and run again"
+        ) from error
+    return manifest
+
+
+def record_before(
+    generations_dir: str, run_id: str, paths: Iterable[str], root: str = "/"
+) -> list[str]:
+    """Save the current state of each path into the run's open generation.
+
+    A path already recorded in this run keeps its first state. Returns the paths newly
+    recorded. Call it before writing the files; it writes nothing else.
+    """
+    run_dir = pending_dir(generations_dir, run_id, root)
+    manifest = _load_pending(run_dir, run_id)
+    known = {entry["path"] for entry in manifest["files"]}
+    added: list[str] = []
+    for path in paths:
+        _check_node_path(path)
+        if path in known:
+            continue
+        real = on_root(root, path)
+        state = file_state(real, path)
+        entry: dict[str, Any] = {"path": path, "kind": kind_of(path), "before": state.to_json()}
+        if state.exists:
+            saved = os.path.join(FILES, path.lstrip("/"))
+            saved_real = os.path.join(run_dir, saved)
+            os.makedirs(os.path.dirname(saved_real), mode=0o700, exist_ok=True)
+            shutil.copyfile(real, saved_real)
+            if sha256_of(saved_real) != state.sha256:
+                raise GenerationError(
+                    f"{path} changed while it was being saved; run again when nothing "
+                    "else writes it"
+                )
+            entry["before"]["saved"] = saved
+        manifest["files"].append(entry)
+        known.add(path)
+        added.append(path)
+    if added:
+        write_json_atomic(os.path.join(run_dir, MANIFEST), manifest)
+    return added
+
+
+# --- committing --------------------------------------------------------------------
+
+
+@dataclass
+class CommitResult:
+    generation: int | None
+    changed_files: list[str] = field(default_factory=list)
+    discarded_runs: list[str] = field(default_factory=list)
+    pruned: list[int] = field(default_factory=list)
+    committed: list[int] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "generation": self.generation,
+            "changed_files": self.changed_files,
+            "discarded_runs": self.discarded_runs,
+            "pruned": self.pruned,
+            "committed": self.committed,
+        }
+
+
+def generation_numbers(generations_dir: str, root: str = "/") -> list[int]:
+    base = on_root(root, generations_dir)
+    try:
+        names = os.listdir(base)
+    except FileNotFoundError:
+        return []
+    return sorted(int(name) for name in names if name.isdigit() and not name.startswith("0"))
+
+
+def _read_optional_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def _plan_in_force(root: str, plan_path: str) -> dict[str, Any]:
+    text = _read_optional_text(on_root(root, plan_path))
+    if text is None:
+        return {"path": plan_path, "present": False}
+    summary: dict[str, Any] = {
+        "path": plan_path,
+        "present": True,
+        "sha256": hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest(),
+    }
+    try:
+        summary["plan"] = json.loads(text)
+    except ValueError as error:
+        summary["parse_error"] = str(error)
+    return summary
+
+
+def _commit_one(
+    generations_dir: str,
+    run_dir: str,
+    run_id: str,
+    ran: Mapping[str, Any],
+    *,
+    root: str,
+    plan_path: str,
+    complete: bool,
+) -> tuple[int | None, list[str]]:
+    manifest = _load_pending(run_dir, run_id)
+    changed_entries = []
+    changed_ids: set[int] = set()
+    for entry in manifest["files"]:
+        after = file_state(on_root(root, entry["path"]), entry["path"])
+        before = FileState.from_json(entry["before"])
+        if before.same_content_and_metadata(after):
+            continue
+        entry["after"] = after.to_json()
+        changed_entries.append(entry)
+        changed_ids.add(id(entry))
+    if not changed_entries:
+        shutil.rmtree(run_dir)
+        return None, []
+    for entry in manifest["files"]:
+        saved = entry["before"].get("saved")
+        if saved and id(entry) not in changed_ids:
+            os.unlink(os.path.join(run_dir, saved))
+    numbers = generation_numbers(generations_dir, root)
+    number = (numbers[-1] if numbers else 0) + 1
+    manifest.update(
+        {
+            "schema": SCHEMA,
+            "generation": number,
+            "committed": _now(),
+            "complete": complete,
+            "ran": dict(ran),
+            "kernel_cmdline": (_read_optional_text(on_root(root, "/proc/cmdline")) or "").strip(),
+            "plan": _plan_in_force(root, plan_path),
+            "files": changed_entries,
+        }
+    )
+    write_json_atomic(os.path.join(run_dir, MANIFEST), manifest)
+    os.rename(run_dir, on_root(root, os.path.join(generations_dir, str(number))))
+    return number, [entry["path"] for entry in changed_entries]
+
+
+def prune(generations_dir: str, keep: int, root: str = "/") -> list[int]:
+    """Remove all but the newest ``keep`` generations; returns the removed numbers."""
+    if keep < 1:
+        raise GenerationError(f"keep is {keep}; keep at least 1 generation")
+    numbers = generation_numbers(generations_dir, root)
+    removed = numbers[:-keep]
+    for number in removed:
+        shutil.rmtree(on_root(root, os.path.join(generations_dir, str(number))))
+    return removed
+
+
+def commit(
+    generations_dir: str,
+    run_id: str,
+    ran: Mapping[str, Any],
+    *,
+    root: str = "/",
+    keep: int = DEFAULT_KEEP,
+    plan_path: str = DEFAULT_PLAN_PATH,
+) -> CommitResult:
+    """Close the run's generation: number it when something changed, else discard it.
+
+    Open generations left by other runs that never committed (a failed run) are
+    committed first, each as its own generation marked ``complete: false``.
+    """
+    check_run_id(run_id)
+    if keep < 1:
+        raise GenerationError(f"keep is {keep}; keep at least 1 generation")
+    pending_base = on_root(root, os.path.join(generations_dir, PENDING))
+    try:
+        stale = sorted(name for name in os.listdir(pending_base) if name != run_id)
+    except FileNotFoundError:
+        stale = []
+    result = CommitResult(generation=None)
+    for stale_id in stale:
+        if not _RUN_ID.fullmatch(stale_id):
+            continue
+        stale_ran = {"run_id": stale_id, "note": "left open by a run that did not finish"}
+        number, _ = _commit_one(
+            generations_dir,
+            os.path.join(pending_base, stale_id),
+            stale_id,
+            stale_ran,
+            root=root,
+            plan_path=plan_path,
+            complete=False,
+        )
+        if number is None:
+            result.discarded_runs.append(stale_id)
+        else:
+            result.committed.append(number)
+    run_dir = os.path.join(pending_base, run_id)
+    if os.path.isdir(run_dir):
+        number, changed = _commit_one(
+            generations_dir, run_dir, run_id, ran, root=root, plan_path=plan_path, complete=True
+        )
+        result.generation = number
+        result.changed_files = changed
+        if number is None:
+            result.discarded_runs.append(run_id)
+        else:
+            result.committed.append(number)
+    result.pruned = prune(generations_dir, keep, root)
+    return result
+
+
+# --- reading generations -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FileChange:
+    path: str
+    kind: str
+    before: FileState
+    after: FileState
+    saved: str | None
+
+
+@dataclass(frozen=True)
+class Generation:
+    number: int
+    directory: str
+    manifest: dict[str, Any]
+    changes: tuple[FileChange, ...]
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "generation": self.number,
+            "committed": self.manifest.get("committed"),
+            "complete": self.manifest.get("complete", True),
+            "run_id": self.manifest.get("run_id"),
+            "ran": self.manifest.get("ran", {}),
+            "kernel_cmdline": self.manifest.get("kernel_cmdline", ""),
+            "files": [change.path for change in self.changes],
+            "kinds": sorted({change.kind for change in self.changes}),
+        }
+
+
+def _manifest_error(manifest_path: str, problem: str) -> GenerationError:
+    return GenerationError(
+        f"{manifest_path} is corrupted ({problem}); nothing was touched. Repair or remove "
+        "that generation, or roll back to another one with -e rollback_to=<n>"
+    )
+
+
+def load_generation(generations_dir: str, number: int, root: str = "/") -> Generation:
+    """Read and check generation ``number``: manifest shape and saved copies' checksums."""
+    directory = on_root(root, os.path.join(generations_dir, str(number)))
+    manifest_path = os.path.join(directory, MANIFEST)
+    try:
+        manifest = _read_json(manifest_path)
+    except FileNotFoundError as error:
+        raise GenerationError(
+            f"generation {number} does not exist ({manifest_path} is missing); nothing was "
+            "touched. List the node's generations with the lingbot_generation module "
+            "(action: list)"
+        ) from error
+    except (OSError, ValueError) as error:
+        raise _manifest_error(manifest_path, str(error)) from error
+    if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
+        raise _manifest_error(manifest_path, f"not a schema {SCHEMA} manifest")
+    if manifest.get("generation") != number:
+        raise _manifest_error(
+            manifest_path, f"it says generation {manifest.get('generation')!r}, not {number}"
+        )
+    changes = []
+    try:
+        for entry in manifest["files"]:
+            path = _check_node_path(str(entry["path"]))
+            before = FileState.from_json(entry["before"])
+            after = FileState.from_json(entry["after"])
+            saved = entry["before"].get("saved") if before.exists else None
+            changes.append(FileChange(path, kind_of(path), before, after, saved))
+    except (KeyError, TypeError, ValueError, GenerationError) as error:
+        raise _manifest_error(manifest_path, f"bad file entry: {error}") from error
+    for change in changes:
+        if change.saved is None:
+            continue
+        saved_real = os.path.join(directory, change.saved)
+        if os.path.normpath(saved_real) != saved_real or not saved_real.startswith(directory):
+            raise _manifest_error(manifest_path, f"saved copy {change.saved!r} is outside it")
+        try:
+            actual = sha256_of(saved_real)
+        except OSError as error:
+            raise GenerationError(
+                f"generation {number}: the saved copy of {change.path} cannot be read "
+                f"({error.strerror}); nothing was touched. Roll back to another generation "
+                "with -e rollback_to=<n>"
+            ) from error
+        if actual != change.before.sha256:
+            raise GenerationError(
+                f"generation {number}: the saved copy of {change.path} has checksum "
+                f"{actual}, the manifest says {change.before.sha256}; nothing was touched. "
+                "The generation is damaged: roll back to another one with -e rollback_to=<n>"
+            )
+    return Generation(number, directory, manifest, tuple(changes))
+
+
+def list_generations(generations_dir: str, root: str = "/") -> list[dict[str, Any]]:
+    """Every generation's summary, oldest first; a damaged one carries its error."""
+    rows = []
+    for number in generation_numbers(generations_dir, root):
+        try:
+            rows.append({**load_generation(generations_dir, number, root).summary(), "ok": True})
+        except GenerationError as error:
+            rows.append({"generation": number, "ok": False, "error": str(error)})
+    return rows
+
+
+# --- rollback ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Restore:
+    """One file to bring back: its state now and the state it must have."""
+
+    path: str
+    kind: str
+    current: FileState
+    desired: FileState
+    source_generation: int
+    saved_real: str | None
+
+    @property
+    def action(self) -> str:
+        if not self.desired.exists:
+            return "remove" if self.current.exists else "none"
+        return "none" if self.desired.same_content_and_metadata(self.current) else "write"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "kind": self.kind,
+            "action": self.action,
+            "from_generation": self.source_generation,
+            "current": self.current.to_json(),
+            "restored": self.desired.to_json(),
+        }
+
+
+@dataclass(frozen=True)
+class RollbackPlan:
+    target: int
+    newest: int
+    undone: tuple[int, ...]
+    restores: tuple[Restore, ...]
+
+    @property
+    def to_change(self) -> list[Restore]:
+        return [restore for restore in self.restores if restore.action != "none"]
+
+    def effects(self) -> dict[str, Any]:
+        """What must follow the restore: bootloader update, daemon-reload, restarts."""
+        changed = self.to_change
+        kinds = {restore.kind for restore in changed}
+        return {
+            "grub_changed": KIND_GRUB in kinds,
+            "units_changed": KIND_UNIT in kinds,
+            "services_to_restart": services_to_restart(r.path for r in changed),
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "newest": self.newest,
+            "undone": list(self.undone),
+            "files": [restore.to_json() for restore in self.restores],
+            **self.effects(),
+        }
+
+
+def services_to_restart(paths: Iterable[str]) -> list[str]:
+    """Services whose unit, drop-in or LingBot instance files are among ``paths``."""
+    services: set[str] = set()
+    for path in paths:
+        if path.startswith(_LINGBOT_DIR):
+            parts = path[len(_LINGBOT_DIR) :].split("/")
+            if len(parts) >= 2 and parts[0]:
+                services.add(LINGBOT_UNIT.format(instance=parts[0]))
+            continue
+        for unit_dir in _UNIT_DIRS:
+            if not path.startswith(unit_dir):
+                continue
+            name = path[len(unit_dir) :].split("/")[0]
+            if name.endswith(".d"):
+                name = name[:-2]
+            if name.endswith(".service") and not name.endswith("@.service"):
+                services.add(name)
+    return sorted(services)
+
+
+def plan_rollback(
+    generations_dir: str,
+    target: int | None = None,
+    force: bool = False,
+    root: str = "/",
+) -> RollbackPlan:
+    """Decide what a rollback to ``target`` restores; raise before touching anything."""
+    numbers = generation_numbers(generations_dir, root)
+    base = on_root(root, generations_dir)
+    if not numbers:
+        raise GenerationError(
+            f"no generation in {base}: the toolkit has changed nothing on this node yet, so "
+            "there is nothing to roll back; nothing was touched"
+        )
+    newest = numbers[-1]
+    if target is None:
+        target = newest - 1
+    oldest_restorable = numbers[0] - 1
+    if not oldest_restorable <= target < newest:
+        raise GenerationError(
+            f"rollback_to={target} is out of range: this node has generations "
+            f"{numbers[0]}..{newest}, so it can go back to {oldest_restorable}..{newest - 1} "
+            "(n means: as the node was right after generation n; 0 is before the first); "
+            "nothing was touched"
+        )
+    undone = [n for n in numbers if n > target]
+    missing = sorted(set(range(target + 1, newest + 1)) - set(undone))
+    if missing:
+        raise GenerationError(
+            f"generations {missing} are missing from {base}, so the node cannot be brought "
+            f"back to generation {target}; choose rollback_to={missing[-1]} or later; "
+            "nothing was touched"
+        )
+    generations = [load_generation(generations_dir, n, root) for n in undone]
+    earliest: dict[str, tuple[Generation, FileChange]] = {}
+    latest_after: dict[str, FileState] = {}
+    for generation in generations:
+        for change in generation.changes:
+            earliest.setdefault(change.path, (generation, change))
+            latest_after[change.path] = change.after
+    restores = []
+    drifted = []
+    for path, (generation, change) in sorted(earliest.items()):
+        current = file_state(on_root(root, path), path)
+        expected = latest_after[path]
+        if not expected.same_content_and_metadata(current):
+            drifted.append(path)
+        saved_real = os.path.join(generation.directory, change.saved) if change.saved else None
+        restores.append(
+            Restore(path, change.kind, current, change.before, generation.number, saved_real)
+        )
+    if drifted and not force:
+        raise GenerationError(
+            "changed since the toolkit last wrote them: "
+            + ", ".join(drifted)
+            + "; nothing was touched. Look at the changes, then roll back anyway with "
+            "-e rollback_force=true, or choose another generation with -e rollback_to=<n>"
+        )
+    return RollbackPlan(target, newest, tuple(undone), tuple(restores))
+
+
+def apply_rollback(
+    plan: RollbackPlan, generations_dir: str, run_id: str, root: str = "/"
+) -> list[str]:
+    """Record the current files in the run's generation, then restore them.
+
+    Every restored file is staged next to its target first; only when all are staged do
+    the renames and removals happen. Returns the paths changed.
+    """
+    changes = plan.to_change
+    record_before(generations_dir, run_id, [restore.path for restore in changes], root)
+    staged: list[tuple[str, str]] = []
+    try:
+        for restore in changes:
+            if restore.action == "write" and restore.saved_real is not None:
+                target = on_root(root, restore.path)
+                staged.append(
+                    (_copy_with_state(restore.saved_real, target, restore.desired), target)
+                )
+    except OSError as error:
+        for temp_path, _ in staged:
+            os.unlink(temp_path)
+        raise GenerationError(
+            f"cannot stage the restored files ({error}); nothing was touched"
+        ) from error
+    for temp_path, target in staged:
+        os.replace(temp_path, target)
+    for restore in changes:
+        if restore.action == "remove":
+            os.unlink(on_root(root, restore.path))
+    return [restore.path for restore in changes]
+
+
+# --- the boot configuration after a restore ----------------------------------------
+
+
+def _words_without_boot_image(text: str) -> list[str]:
+    return [word for word in text.split() if not word.startswith("BOOT_IMAGE=")]
+
+
+def grub_cfg_default_args(text: str) -> list[str] | None:
+    """The arguments of the first ``linux`` line of a grub.cfg (the default entry)."""
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0] in ("linux", "linuxefi", "linux16"):
+            return words[2:]
+    return None
+
+
+def boot_state(root: str = "/") -> dict[str, Any]:
+    """Running kernel command line against the one grub.cfg boots next, when readable."""
+    running = (_read_optional_text(on_root(root, "/proc/cmdline")) or "").strip()
+    for grub_cfg in ("/boot/grub/grub.cfg", "/boot/grub2/grub.cfg"):
+        text = _read_optional_text(on_root(root, grub_cfg))
+        if text is None:
+            continue
+        configured = grub_cfg_default_args(text)
+        if configured is None:
+            continue
+        return {
+            "running": running,
+            "configured": " ".join(configured),
+            "configured_from": grub_cfg,
+            "reboot_required": _words_without_boot_image(running) != configured,
+        }
+    return {"running": running, "configured": None, "configured_from": None}

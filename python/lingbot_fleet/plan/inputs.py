@@ -1,0 +1,205 @@
+"""Read the facts document (docs/facts.md), the probe result (docs/probe.md) and findings."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .model import (
+    UNKNOWN_NUMA_NODE,
+    DirectedPath,
+    FindingRef,
+    GpuInput,
+    PlanInputError,
+    PlanInputs,
+)
+
+FACTS_SCHEMA_VERSION = 1
+PROBE_SCHEMA_VERSION = 1
+# Older drivers print SOC for SYS.
+TOPOLOGY_ALIASES = {"SOC": "SYS"}
+
+
+def _matrix_word(matrix: Any, a: int, b: int) -> str | None:
+    try:
+        word = matrix[a][b]
+    except (IndexError, KeyError, TypeError):
+        return None
+    if not isinstance(word, str):
+        return None
+    return TOPOLOGY_ALIASES.get(word, word)
+
+
+def _mig_enabled(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() == "enabled"
+    return bool(value)
+
+
+def _numa_node(raw: Any, node_count: int | None) -> tuple[int, bool]:
+    """(node, assumed): -1 stays unknown unless the machine has one NUMA node only."""
+    node = raw if isinstance(raw, int) and not isinstance(raw, bool) else UNKNOWN_NUMA_NODE
+    if node < 0 and node_count == 1:
+        return 0, True
+    return (node if node >= 0 else UNKNOWN_NUMA_NODE), False
+
+
+def _finding_fields(finding: Any) -> tuple[str, str, str]:
+    if isinstance(finding, Mapping):
+        values = (finding.get("code"), finding.get("severity"), finding.get("subject"))
+    else:
+        values = tuple(getattr(finding, name, None) for name in ("code", "severity", "subject"))
+    if not all(isinstance(value, str) for value in values):
+        raise PlanInputError(
+            f"finding {finding!r}: needs code, severity and subject as text "
+            "(a lingbot_fleet.findings.Finding or its to_dict())"
+        )
+    return values  # type: ignore[return-value]
+
+
+def findings_by_subject(findings: Iterable[Any] | None) -> dict[str, tuple[FindingRef, ...]]:
+    """Lower-cased subject (bus id, UUID or 'gpu N') -> its findings, in input order."""
+    grouped: dict[str, list[FindingRef]] = {}
+    for finding in findings or ():
+        code, severity, subject = _finding_fields(finding)
+        grouped.setdefault(subject.strip().lower(), []).append(FindingRef(code, severity))
+    return {subject: tuple(refs) for subject, refs in grouped.items()}
+
+
+def _gpu_findings(
+    gpu: Mapping[str, Any], grouped: Mapping[str, tuple[FindingRef, ...]]
+) -> tuple[FindingRef, ...]:
+    subjects = [str(gpu.get("bus_id") or ""), str(gpu.get("uuid") or ""), f"gpu {gpu['index']}"]
+    refs: list[FindingRef] = []
+    for subject in subjects:
+        if subject:
+            refs.extend(grouped.get(subject.lower(), ()))
+    return tuple(refs)
+
+
+def _check_facts(facts: Mapping[str, Any]) -> None:
+    if not isinstance(facts, Mapping):
+        raise PlanInputError("facts: expected the gpu_facts document (a mapping)")
+    version = facts.get("schema_version")
+    if version != FACTS_SCHEMA_VERSION:
+        raise PlanInputError(
+            f"facts: schema_version is {version!r}, the planner reads {FACTS_SCHEMA_VERSION}; "
+            "gather the facts again with this toolkit's gpu_facts"
+        )
+    if not isinstance(facts.get("gpus"), list):
+        raise PlanInputError("facts: missing the gpus list; gather the facts again with gpu_facts")
+
+
+def _check_probe(probe: Mapping[str, Any]) -> None:
+    if not isinstance(probe, Mapping):
+        raise PlanInputError("probe: expected the p2p_probe result document (a mapping)")
+    version = probe.get("schema_version")
+    if version != PROBE_SCHEMA_VERSION:
+        raise PlanInputError(
+            f"probe: schema_version is {version!r}, the planner reads {PROBE_SCHEMA_VERSION}; "
+            "run this toolkit's p2p_probe again"
+        )
+
+
+def _probe_gpus(probe: Mapping[str, Any], facts_gpus: list[Mapping[str, Any]]) -> dict[int, Any]:
+    uuids = {gpu["index"]: gpu.get("uuid") for gpu in facts_gpus}
+    by_index: dict[int, Any] = {}
+    for entry in probe.get("gpus") or []:
+        index = entry.get("index")
+        if index not in uuids:
+            continue
+        probe_uuid, facts_uuid = entry.get("uuid"), uuids[index]
+        if probe_uuid and facts_uuid and probe_uuid != facts_uuid:
+            raise PlanInputError(
+                f"probe: GPU index {index} is {probe_uuid} but the facts say {facts_uuid}; "
+                "facts and probe come from different nodes or boots: gather both again"
+            )
+        by_index[index] = entry
+    return by_index
+
+
+def _bandwidth(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if value >= 0 else None
+
+
+def _directed_path(
+    facts: Mapping[str, Any], probe_pairs: Mapping[tuple[int, int], Any], a: int, b: int
+) -> DirectedPath:
+    p2p = facts.get("p2p") or {}
+    measured = probe_pairs.get((a, b))
+    path = DirectedPath(
+        src=a,
+        dst=b,
+        path_type=_matrix_word(facts.get("topology"), a, b),
+        p2p_read=_matrix_word(p2p.get("read"), a, b),
+        p2p_write=_matrix_word(p2p.get("write"), a, b),
+    )
+    if measured is None:
+        return path
+    enabled = measured.get("p2p_enabled") or {}
+    return DirectedPath(
+        src=a,
+        dst=b,
+        path_type=path.path_type,
+        p2p_read=path.p2p_read,
+        p2p_write=path.p2p_write,
+        measured=True,
+        can_access_peer=bool(measured.get("can_access_peer")),
+        gbytes_per_s=_bandwidth(enabled.get("unidirectional_gbytes_per_s")),
+        latency_ns=_bandwidth(enabled.get("latency_ns")),
+        data_check=measured.get("data_check"),
+        error=measured.get("error"),
+    )
+
+
+def read_inputs(
+    facts: Mapping[str, Any],
+    probe: Mapping[str, Any] | None = None,
+    findings: Iterable[Any] | None = None,
+) -> PlanInputs:
+    """The planner's model of the node; PlanInputError when a document cannot be used."""
+    _check_facts(facts)
+    if probe is not None:
+        _check_probe(probe)
+    facts_gpus = sorted(facts["gpus"], key=lambda gpu: gpu["index"])
+    node_count = (facts.get("numa") or {}).get("node_count")
+    grouped = findings_by_subject(findings)
+    probe_gpus = _probe_gpus(probe, facts_gpus) if probe is not None else {}
+    gpus = []
+    for gpu in facts_gpus:
+        numa_node, assumed = _numa_node(gpu.get("numa_node"), node_count)
+        measured = probe_gpus.get(gpu["index"])
+        gpus.append(
+            GpuInput(
+                index=gpu["index"],
+                uuid=gpu.get("uuid"),
+                model=gpu.get("model"),
+                bus_id=str(gpu.get("bus_id") or ""),
+                numa_node=numa_node,
+                numa_node_assumed=assumed,
+                mig_enabled=_mig_enabled(gpu.get("mig_mode")),
+                lost=bool(gpu.get("lost")),
+                h2d_gbytes_per_s=_bandwidth((measured or {}).get("h2d_gbytes_per_s")),
+                d2h_gbytes_per_s=_bandwidth((measured or {}).get("d2h_gbytes_per_s")),
+                in_probe=measured is not None,
+                probe_error=(measured or {}).get("error"),
+                findings=_gpu_findings(gpu, grouped),
+            )
+        )
+    probe_pairs = {
+        (pair.get("src"), pair.get("dst")): pair for pair in (probe or {}).get("pairs") or []
+    }
+    indices = [gpu.index for gpu in gpus]
+    paths = {
+        (a, b): _directed_path(facts, probe_pairs, a, b) for a in indices for b in indices if a != b
+    }
+    return PlanInputs(
+        gpus=tuple(gpus),
+        paths=paths,
+        probe_present=probe is not None,
+        numa_node_count=node_count if isinstance(node_count, int) else None,
+        kernel_cmdline=str((facts.get("kernel") or {}).get("cmdline") or ""),
+        probe_timestamp=(probe or {}).get("timestamp"),
+    )

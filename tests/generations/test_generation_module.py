@@ -1,0 +1,262 @@
+"""The lingbot_generation module, through real `ansible localhost -c local`, on a temp root."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+import lingbot_fleet
+import lingbot_fleet.generations
+
+REPO = Path(__file__).resolve().parents[2]
+LIBRARY = REPO / "roles" / "generations" / "library"
+GDIR = "/var/lib/lingbot-fleet/generations"
+DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/lingbot-fleet.conf"
+GRUB = "/etc/default/grub"
+
+
+def load_module() -> ModuleType:
+    import ansible.module_utils
+
+    sys.modules.setdefault("ansible.module_utils.lingbot_fleet", lingbot_fleet)
+    sys.modules.setdefault(
+        "ansible.module_utils.lingbot_fleet.generations", lingbot_fleet.generations
+    )
+    ansible.module_utils.lingbot_fleet = lingbot_fleet  # type: ignore[attr-defined]
+    spec = importlib.util.spec_from_file_location(
+        "lingbot_generation", LIBRARY / "lingbot_generation.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["lingbot_generation"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+lg = load_module()
+
+
+def make_root(tmp_path: Path) -> Path:
+    root = tmp_path / "node"
+    (root / "etc/default").mkdir(parents=True)
+    (root / "proc").mkdir()
+    (root / "proc/cmdline").write_text("BOOT_IMAGE=/boot/vmlinuz ro quiet\n")
+    (root / "etc/default/grub").write_text('GRUB_CMDLINE_LINUX="quiet"\n')
+    return root
+
+
+def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
+    return {
+        str(path.relative_to(root)): (path.read_bytes(), path.stat().st_mode & 0o7777)
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }
+
+
+def ansible(root: Path, args: dict[str, Any], *, check: bool = False) -> dict[str, Any]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+            "ANSIBLE_MODULE_UTILS": str(REPO / "python"),
+            "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
+            "ANSIBLE_STDOUT_CALLBACK": "minimal",
+            "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_LOCAL_TEMP": str(root.parent / "ansible-tmp"),
+            "ANSIBLE_HOME": str(root.parent / "ansible-home"),
+        }
+    )
+    argv = [
+        str(Path(sys.executable).parent / "ansible"),
+        "localhost",
+        "-i",
+        "localhost,",
+        "-c",
+        "local",
+        "-M",
+        str(LIBRARY),
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+        "-m",
+        "lingbot_generation",
+        "-a",
+        json.dumps({"root": str(root), **args}),
+    ]
+    if check:
+        argv.append("--check")
+    done = subprocess.run(
+        argv, check=False, env=env, cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    marker = done.stdout.find("localhost | ")
+    status, separator, body = done.stdout[max(marker, 0) :].partition(" => ")
+    assert marker >= 0 and separator, done.stderr + done.stdout
+    result = json.loads(body)
+    result["failed"] = "FAILED" in status
+    return result
+
+
+def provision(root: Path, run_id: str, text: str) -> dict[str, Any]:
+    ansible(root, {"action": "record", "run_id": run_id, "paths": [GRUB, DROPIN]})
+    (root / "etc/default/grub").write_text(text)
+    dropin = root / DROPIN.lstrip("/")
+    dropin.parent.mkdir(parents=True, exist_ok=True)
+    dropin.write_text("[Service]\nExecStart=\nExecStart=/usr/bin/nvidia-persistenced\n")
+    return ansible(root, {"action": "commit", "run_id": run_id, "ran": {"playbook": "site.yml"}})
+
+
+def test_record_commit_list_show_through_ansible(tmp_path: Path) -> None:
+    root = make_root(tmp_path)
+    committed = provision(root, "run-1", 'GRUB_CMDLINE_LINUX="quiet iommu=pt"\n')
+    assert committed["changed"] is True
+    assert committed["generation"] == 1
+    assert committed["commit"]["changed_files"] == [GRUB, DROPIN]
+    listed = ansible(root, {"action": "list"})
+    assert listed["changed"] is False
+    assert [(g["generation"], g["ok"], g["files"]) for g in listed["generations"]] == [
+        (1, True, [GRUB, DROPIN])
+    ]
+    assert listed["generations"][0]["kinds"] == ["grub", "unit"]
+    shown = ansible(root, {"action": "show", "generation": 1})
+    assert shown["manifest"]["ran"] == {"playbook": "site.yml"}
+    assert shown["manifest"]["kernel_cmdline"] == "BOOT_IMAGE=/boot/vmlinuz ro quiet"
+
+
+def test_second_run_without_changes_commits_nothing(tmp_path: Path) -> None:
+    root = make_root(tmp_path)
+    provision(root, "run-1", 'GRUB_CMDLINE_LINUX="quiet iommu=pt"\n')
+    again = provision(root, "run-2", 'GRUB_CMDLINE_LINUX="quiet iommu=pt"\n')
+    assert again["changed"] is False
+    assert again["generation"] is None
+    assert again["commit"]["discarded_runs"] == ["run-2"]
+
+
+def test_check_mode_writes_nothing(tmp_path: Path) -> None:
+    root = make_root(tmp_path)
+    before = snapshot(root)
+    recorded = ansible(root, {"action": "record", "run_id": "r", "paths": [GRUB]}, check=True)
+    assert recorded["recorded"] == [GRUB]
+    assert snapshot(root) == before
+    provision(root, "run-1", 'GRUB_CMDLINE_LINUX="quiet iommu=pt"\n')
+    before = snapshot(root)
+    rollback = ansible(root, {"action": "rollback", "run_id": "rb"}, check=True)
+    assert rollback["changed"] is True
+    assert rollback["files"] == [GRUB, DROPIN]
+    assert [f["action"] for f in rollback["rollback"]["files"]] == ["write", "remove"]
+    assert rollback["rollback"]["grub_changed"] is True
+    assert rollback["rollback"]["units_changed"] is True
+    assert rollback["services_to_restart"] == ["nvidia-persistenced.service"]
+    assert snapshot(root) == before
+
+
+def test_rollback_and_rollback_of_rollback_through_ansible(tmp_path: Path) -> None:
+    root = make_root(tmp_path)
+    original = snapshot(root)
+    provision(root, "run-1", 'GRUB_CMDLINE_LINUX="quiet iommu=pt"\n')
+    provisioned = {k: v for k, v in snapshot(root).items() if "lingbot-fleet/gen" not in k}
+    first = ansible(root, {"action": "rollback", "run_id": "rb-1", "ran": {"by": "ops"}})
+    assert first["changed"] is True and first["generation"] == 2
+    assert {k: v for k, v in snapshot(root).items() if "lingbot-fleet/gen" not in k} == original
+    shown = ansible(root, {"action": "show", "generation": 2})
+    assert shown["manifest"]["ran"] == {"by": "ops", "rollback_to": 0, "undone": [1]}
+    second = ansible(root, {"action": "rollback", "run_id": "rb-2"})
+    assert second["generation"] == 3
+    assert {k: v for k, v in snapshot(root).items() if "lingbot-fleet/gen" not in k} == (
+        provisioned
+    )
+
+
+def test_corrupt_manifest_fails_and_touches_nothing(tmp_path: Path) -> None:
+    root = make_root(tmp_path)
+    provision(root, "run-1", 'GRUB_CMDLINE_LINUX="quiet iommu=pt"\n')
+    manifest = root / GDIR.lstrip("/") / "1/manifest.json"
+    manifest.write_text("{")
+    before = snapshot(root)
+    result = ansible(root, {"action": "rollback", "run_id": "rb"})
+    assert result["failed"] is True
+    assert result["msg"].startswith(f"{manifest} is corrupted (")
+    assert snapshot(root) == before
+
+
+def test_no_generation_fails_with_a_clear_message(tmp_path: Path) -> None:
+    root = make_root(tmp_path)
+    result = ansible(root, {"action": "rollback", "run_id": "rb"})
+    assert result["failed"] is True
+    assert result["msg"] == (
+        f"no generation in {root}{GDIR}: the toolkit has changed nothing on this node yet, so "
+        "there is nothing to roll back; nothing was touched"
+    )
+
+
+def test_record_without_run_id_is_refused_by_the_argument_spec(tmp_path: Path) -> None:
+    root = make_root(tmp_path)
+    result = ansible(root, {"action": "record", "paths": [GRUB]})
+    assert result["failed"] is True
+    assert result["msg"] == "action is record but all of the following are missing: run_id"
+
+
+# --- single GPU fallback (module level; the LingBot service role comes later) ---------
+
+EXEC_START = (
+    "/usr/bin/numactl --cpunodebind=0 --membind=0 /opt/lingbot/venv/bin/python "
+    "/opt/lingbot/server.py --config /etc/lingbot/%i/config.yaml --model-path /srv/model "
+    "--gpus 1,0,2 --peer-access-threshold 25 --balancer-config /etc/lingbot/%i/b.json"
+)
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        (
+            EXEC_START,
+            "/usr/bin/numactl --cpunodebind=0 --membind=0 /opt/lingbot/venv/bin/python "
+            "/opt/lingbot/server.py --config /etc/lingbot/%i/config.yaml --model-path "
+            "/srv/model --device gpu:1",
+        ),
+        ("lingbot --gpus=3 --verbose", "lingbot --device gpu:3 --verbose"),
+    ],
+)
+def test_single_gpu_exec_start(command: str, expected: str) -> None:
+    assert lg.single_gpu_exec_start(command) == expected
+
+
+def test_single_gpu_exec_start_needs_gpus() -> None:
+    with pytest.raises(lingbot_fleet.generations.GenerationError, match=r"has no --gpus option"):
+        lg.single_gpu_exec_start("lingbot --device gpu:0")
+
+
+def test_single_gpu_writes_a_recorded_dropin_that_rollback_removes(tmp_path: Path) -> None:
+    root = make_root(tmp_path)
+    (root / "etc/lingbot/east").mkdir(parents=True)
+    (root / "etc/lingbot/east/config.yaml").write_text("debug_mode: false\n")
+    unit_dir = root / "etc/systemd/system"
+    (unit_dir / "lingbot@east.service.d").mkdir(parents=True)
+    (unit_dir / "lingbot@.service").write_text("[Service]\nExecStart=/bin/false\n")
+    (unit_dir / "lingbot@east.service.d/10-gpus.conf").write_text(
+        f"[Service]\nExecStart=\nExecStart={EXEC_START}\n"
+    )
+    before = snapshot(root)
+    checked = ansible(root, {"action": "single_gpu", "run_id": "sg"}, check=True)
+    assert checked["changed"] is True
+    assert snapshot(root) == before
+    done = ansible(root, {"action": "single_gpu", "run_id": "sg"})
+    dropin = "/etc/systemd/system/lingbot@east.service.d/90-lingbot-fleet-single-gpu.conf"
+    assert done["files"] == [dropin]
+    assert done["services_to_restart"] == ["lingbot@east.service"]
+    assert done["generation"] == 1
+    assert (root / dropin.lstrip("/")).read_text().splitlines()[-1] == (
+        "ExecStart=/usr/bin/numactl --cpunodebind=0 --membind=0 /opt/lingbot/venv/bin/python "
+        "/opt/lingbot/server.py --config /etc/lingbot/%i/config.yaml --model-path /srv/model "
+        "--device gpu:1"
+    )
+    assert ansible(root, {"action": "single_gpu", "run_id": "sg2"})["changed"] is False
+    ansible(root, {"action": "rollback", "run_id": "rb"})
+    assert not (root / dropin.lstrip("/")).exists()

@@ -1,0 +1,320 @@
+"""lingbot_fleet.generations on a temp root: record, commit, number, prune, roll back."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from lingbot_fleet import generations as gen
+
+GDIR = "/var/lib/lingbot-fleet/generations"
+GRUB = "/etc/default/grub"
+DROPIN = "/etc/default/grub.d/lingbot-fleet.cfg"
+CONFIG = "/etc/lingbot/main/config.yaml"
+RAN = {"playbook": "site.yml", "tags": [], "user": "ops"}
+
+
+def node(tmp_path: Path) -> Path:
+    root = tmp_path / "node"
+    (root / "etc/default/grub.d").mkdir(parents=True)
+    (root / "proc").mkdir()
+    (root / "proc/cmdline").write_text("BOOT_IMAGE=/boot/vmlinuz ro quiet pci=noacpi\n")
+    (root / "etc/default/grub").write_bytes(b'GRUB_CMDLINE_LINUX="quiet pci=noacpi"\r\n')
+    os.chmod(root / "etc/default/grub", 0o640)
+    return root
+
+
+def write(root: Path, path: str, data: bytes, mode: int | None = None) -> None:
+    """Write a file; a new one gets mode 0644, an existing one keeps its mode."""
+    real = root / path.lstrip("/")
+    real.parent.mkdir(parents=True, exist_ok=True)
+    new = not real.exists()
+    real.write_bytes(data)
+    if mode is not None or new:
+        os.chmod(real, 0o644 if mode is None else mode)
+
+
+def tree(root: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file outside the generations directory, with its mode."""
+    return {
+        str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mode & 0o7777)
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "var/lib/lingbot-fleet" not in str(p)
+    }
+
+
+def run(root: Path, run_id: str, changes: dict[str, bytes | None]) -> gen.CommitResult:
+    """One provisioning run: record, write or remove, commit."""
+    gen.record_before(GDIR, run_id, list(changes), str(root))
+    for path, data in changes.items():
+        if data is None:
+            (root / path.lstrip("/")).unlink()
+        else:
+            write(root, path, data)
+    return gen.commit(GDIR, run_id, RAN, root=str(root))
+
+
+def manifest(root: Path, number: int) -> dict:
+    return json.loads((root / GDIR.lstrip("/") / str(number) / "manifest.json").read_text())
+
+
+def test_record_saves_before_state_once_per_run(tmp_path: Path) -> None:
+    root = node(tmp_path)
+    assert gen.record_before(GDIR, "r1", [GRUB, DROPIN], str(root)) == [GRUB, DROPIN]
+    write(root, GRUB, b"changed\n")
+    assert gen.record_before(GDIR, "r1", [GRUB], str(root)) == []
+    pending = root / GDIR.lstrip("/") / "pending/r1"
+    saved = pending / "files/etc/default/grub"
+    assert saved.read_bytes() == b'GRUB_CMDLINE_LINUX="quiet pci=noacpi"\r\n'
+    entries = json.loads((pending / "manifest.json").read_text())["files"]
+    assert entries[0]["before"] == {
+        "exists": True,
+        "mode": "0640",
+        "uid": os.getuid(),
+        "gid": os.getgid(),
+        "owner": entries[0]["before"]["owner"],
+        "group": entries[0]["before"]["group"],
+        "size": 39,
+        "sha256": hashlib.sha256(b'GRUB_CMDLINE_LINUX="quiet pci=noacpi"\r\n').hexdigest(),
+        "saved": "files/etc/default/grub",
+    }
+    assert entries[1] == {"path": DROPIN, "kind": "grub", "before": {"exists": False}}
+
+
+def test_commit_numbers_generations_and_fills_the_manifest(tmp_path: Path) -> None:
+    root = node(tmp_path)
+    write(root, "/etc/lingbot/plan.json", b'{"instances": [{"name": "main", "gpus": [0, 1]}]}')
+    first = run(root, "r1", {GRUB: b'GRUB_CMDLINE_LINUX="quiet"\n', DROPIN: b"x=1\n"})
+    second = run(root, "r2", {DROPIN: b"x=2\n"})
+    assert (first.generation, second.generation) == (1, 2)
+    assert first.changed_files == [GRUB, DROPIN]
+    one = manifest(root, 1)
+    assert one["generation"] == 1 and one["run_id"] == "r1" and one["complete"] is True
+    assert one["ran"] == RAN
+    assert one["kernel_cmdline"] == "BOOT_IMAGE=/boot/vmlinuz ro quiet pci=noacpi"
+    assert one["plan"]["present"] is True
+    assert one["plan"]["plan"] == {"instances": [{"name": "main", "gpus": [0, 1]}]}
+    assert one["files"][1]["after"]["sha256"] == hashlib.sha256(b"x=1\n").hexdigest()
+    assert one["files"][1]["after"]["mode"] == "0644"
+    assert not (root / GDIR.lstrip("/") / "pending/r1").exists()
+
+
+def test_run_that_changes_nothing_creates_no_generation(tmp_path: Path) -> None:
+    root = node(tmp_path)
+    result = run(root, "r1", {GRUB: (root / "etc/default/grub").read_bytes()})
+    assert result.generation is None
+    assert result.discarded_runs == ["r1"]
+    assert gen.generation_numbers(GDIR, str(root)) == []
+    assert not (root / GDIR.lstrip("/") / "pending/r1").exists()
+
+
+def test_unchanged_files_are_left_out_of_a_generation(tmp_path: Path) -> None:
+    root = node(tmp_path)
+    result = run(root, "r1", {GRUB: (root / "etc/default/grub").read_bytes(), DROPIN: b"x\n"})
+    assert result.changed_files == [DROPIN]
+    assert [entry["path"] for entry in manifest(root, 1)["files"]] == [DROPIN]
+    assert not (root / GDIR.lstrip("/") / "1/files/etc/default/grub").exists()
+
+
+def test_retention_keeps_the_newest_and_numbering_goes_on(tmp_path: Path) -> None:
+    root = node(tmp_path)
+    for index in range(4):
+        gen.record_before(GDIR, f"r{index}", [DROPIN], str(root))
+        write(root, DROPIN, f"x={index}\n".encode())
+        result = gen.commit(GDIR, f"r{index}", RAN, root=str(root), keep=2)
+    assert result.generation == 4
+    assert result.pruned == [2]
+    assert gen.generation_numbers(GDIR, str(root)) == [3, 4]
+
+
+def test_a_run_left_open_is_committed_as_incomplete(tmp_path: Path) -> None:
+    root = node(tmp_path)
+    gen.record_before(GDIR, "crashed", [DROPIN], str(root))
+    write(root, DROPIN, b"half\n")
+    result = run(root, "r2", {GRUB: b"new\n"})
+    assert result.committed == [1, 2]
+    assert manifest(root, 1)["complete"] is False
+    assert manifest(root, 1)["ran"]["run_id"] == "crashed"
+    assert manifest(root, 2)["complete"] is True
+
+
+def test_rollback_restores_bytes_mode_owner_and_removes_new_files(tmp_path: Path) -> None:
+    root = node(tmp_path)
+    original = tree(root)
+    run(root, "r1", {GRUB: b'GRUB_CMDLINE_LINUX="quiet"\n', DROPIN: b"x=1\n"})
+    os.chmod(root / "etc/default/grub", 0o600)
+    gen.commit(GDIR, "noop", RAN, root=str(root))
+    plan = gen.plan_rollback(GDIR, force=True, root=str(root))
+    assert plan.target == 0 and plan.undone == (1,)
+    assert [(r.path, r.action) for r in plan.restores] == [(GRUB, "write"), (DROPIN, "remove")]
+    assert plan.effects() == {
+        "grub_changed": True,
+        "units_changed": False,
+        "services_to_restart": [],
+    }
+    assert gen.apply_rollback(plan, GDIR, "rb1", str(root)) == [GRUB, DROPIN]
+    assert tree(root) == original
+    info = (root / "etc/default/grub").stat()
+    assert (info.st_uid, info.st_gid) == (os.getuid(), os.getgid())
+
+
+def test_rollback_of_a_rollback_returns_the_changed_state(tmp_path: Path) -> None:
+    root = node(tmp_path)
+    original = tree(root)
+    run(root, "r1", {GRUB: b"new grub\n", DROPIN: b"x=1\n"})
+    changed = tree(root)
+    plan = gen.plan_rollback(GDIR, root=str(root))
+    gen.apply_rollback(plan, GDIR, "rb1", str(root))
+    recorded = gen.commit(GDIR, "rb1", {"kind": "rollback"}, root=str(root))
+    assert recorded.generation == 2
+    assert tree(root) == original
+    again = gen.plan_rollback(GDIR, root=str(root))
+    assert again.target == 1 and again.undone == (2,)
+    gen.apply_rollback(again, GDIR, "rb2", str(root))
+    gen.commit(GDIR, "rb2", {"kind": "rollback"}, root=str(root))
+    assert tree(root) == changed
+    assert gen.generation_numbers(GDIR, str(root)) == [1, 2, 3]
+
+
+def test_rollback_to_a_specific_generation_undoes_all_later_ones(tmp_path: Path) -> None:
+    root = node(tmp_path)
+    run(root, "r1", {DROPIN: b"x=1\n"})
+    after_one = tree(root)
+    run(root, "r2", {DROPIN: b"x=2\n", CONFIG: b"gpus: [0]\n"})
+    run(root, "r3", {GRUB: b"three\n", CONFIG: b"gpus: [0, 1]\n"})
+    plan = gen.plan_rollback(GDIR, target=1, root=str(root))
+    assert plan.undone == (2, 3)
+    assert {r.path: r.source_generation for r in plan.restores} == {
+        CONFIG: 2,
+        DROPIN: 2,
+        GRUB: 3,
+    }
+    assert plan.effects()["services_to_restart"] == ["lingbot@main.service"]
+    gen.apply_rollback(plan, GDIR, "rb", str(root))
+    assert tree(root) == after_one
+
+
+def test_no_generation_is_a_clear_error(tmp_path: Path) -> None:
+    root = node(tmp_path)
+    with pytest.raises(gen.GenerationError) as caught:
+        gen.plan_rollback(GDIR, root=str(root))
+    assert str(caught.value) == (
+        f"no generation in {root}{GDIR}: the toolkit has changed nothing on this node yet, "
+        "so there is nothing to roll back; nothing was touched"
+    )
+
+
+def test_target_out_of_range_is_refused(tmp_path: Path) -> None:
+    root = node(tmp_path)
+    run(root, "r1", {DROPIN: b"x=1\n"})
+    with pytest.raises(gen.GenerationError, match=r"rollback_to=1 is out of range"):
+        gen.plan_rollback(GDIR, target=1, root=str(root))
+
+
+def test_corrupt_manifest_touches_nothing(tmp_path: Path) -> None:
+    root = node(tmp_path)
+    run(root, "r1", {GRUB: b"new\n", DROPIN: b"x=1\n"})
+    before = tree(root)
+    manifest_path = root / GDIR.lstrip("/") / "1/manifest.json"
+    manifest_path.write_text('{"schema": 1, "generation": 1, "files": [')
+    with pytest.raises(gen.GenerationError) as caught:
+        gen.plan_rollback(GDIR, root=str(root))
+    assert str(caught.value).startswith(f"{manifest_path} is corrupted (")
+    assert str(caught.value).endswith(
+        "; nothing was touched. Repair or remove that generation, or roll back to another "
+        "one with -e rollback_to=<n>"
+    )
+    assert tree(root) == before
+
+
+def test_saved_copy_checksum_mismatch_touches_nothing(tmp_path: Path) -> None:
+    root = node(tmp_path)
+    run(root, "r1", {GRUB: b"new\n", DROPIN: b"x=1\n"})
+    before = tree(root)
+    (root / GDIR.lstrip("/") / "1/files/etc/default/grub").write_bytes(b"tampered\n")
+    with pytest.raises(gen.GenerationError) as caught:
+        gen.plan_rollback(GDIR, root=str(root))
+    tampered_sha = hashlib.sha256(b"tampered\n").hexdigest()
+    original_sha = hashlib.sha256(b'GRUB_CMDLINE_LINUX="quiet pci=noacpi"\r\n').hexdigest()
+    assert str(caught.value) == (
+        "generation 1: the saved copy of /etc/default/grub has checksum "
+        f"{tampered_sha}, the manifest says {original_sha}; "
+        "nothing was touched. The generation is damaged: roll back to another one with "
+        "-e rollback_to=<n>"
+    )
+    assert tree(root) == before
+
+
+def test_file_changed_since_is_refused_unless_forced(tmp_path: Path) -> None:
+    root = node(tmp_path)
+    original = tree(root)
+    run(root, "r1", {GRUB: b"new\n", DROPIN: b"x=1\n"})
+    write(root, DROPIN, b"hand edit\n")
+    before = tree(root)
+    with pytest.raises(gen.GenerationError) as caught:
+        gen.plan_rollback(GDIR, root=str(root))
+    assert str(caught.value) == (
+        f"changed since the toolkit last wrote them: {DROPIN}; nothing was touched. Look at "
+        "the changes, then roll back anyway with -e rollback_force=true, or choose another "
+        "generation with -e rollback_to=<n>"
+    )
+    assert tree(root) == before
+    gen.apply_rollback(gen.plan_rollback(GDIR, force=True, root=str(root)), GDIR, "rb", str(root))
+    assert tree(root) == original
+
+
+def test_list_generations_reports_damaged_ones(tmp_path: Path) -> None:
+    root = node(tmp_path)
+    run(root, "r1", {DROPIN: b"x=1\n"})
+    run(root, "r2", {DROPIN: b"x=2\n"})
+    (root / GDIR.lstrip("/") / "2/manifest.json").write_text("not json")
+    rows = gen.list_generations(GDIR, str(root))
+    assert rows[0]["generation"] == 1 and rows[0]["ok"] is True
+    assert rows[0]["files"] == [DROPIN] and rows[0]["kinds"] == ["grub"]
+    assert rows[1]["generation"] == 2 and rows[1]["ok"] is False
+    assert "is corrupted" in rows[1]["error"]
+
+
+def test_non_regular_files_and_bad_names_are_refused(tmp_path: Path) -> None:
+    root = node(tmp_path)
+    os.symlink("grub", root / "etc/default/link")
+    with pytest.raises(gen.GenerationError, match=r"^/etc/default/link is not a regular file"):
+        gen.record_before(GDIR, "r1", ["/etc/default/link"], str(root))
+    with pytest.raises(gen.GenerationError, match=r"not a normalized absolute path"):
+        gen.record_before(GDIR, "r1", ["etc/../grub"], str(root))
+    with pytest.raises(gen.GenerationError, match=r"run id '../x' is not usable"):
+        gen.record_before(GDIR, "../x", [GRUB], str(root))
+
+
+@pytest.mark.parametrize(
+    ("paths", "services"),
+    [
+        (["/etc/systemd/system/lingbot@.service"], []),
+        (
+            ["/etc/systemd/system/nvidia-persistenced.service.d/lingbot-fleet.conf"],
+            ["nvidia-persistenced.service"],
+        ),
+        (["/etc/lingbot/east/config.yaml", "/etc/lingbot/plan.json"], ["lingbot@east.service"]),
+        (["/etc/systemd/system/lingbot@west.service.d/10-numa.conf"], ["lingbot@west.service"]),
+    ],
+)
+def test_services_to_restart(paths: list[str], services: list[str]) -> None:
+    assert gen.services_to_restart(paths) == services
+
+
+def test_boot_state_compares_grub_cfg_with_running_kernel(tmp_path: Path) -> None:
+    root = node(tmp_path)
+    write(
+        root,
+        "/boot/grub/grub.cfg",
+        b"menuentry 'Debian' {\n\tlinux\t/boot/vmlinuz ro quiet iommu=pt\n}\n",
+    )
+    state = gen.boot_state(str(root))
+    assert state["configured"] == "ro quiet iommu=pt"
+    assert state["reboot_required"] is True
+    (root / "proc/cmdline").write_text("BOOT_IMAGE=/boot/vmlinuz ro quiet iommu=pt\n")
+    assert gen.boot_state(str(root))["reboot_required"] is False
