@@ -94,11 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
     parse.add_argument("file")
     parse.set_defaults(func=_cmd_parse)
 
+    from .audit.cli import add_audit_parser  # noqa: PLC0415
     from .generations_cli import add_generations_parser  # noqa: PLC0415
     from .plan.cli import add_plan_parser  # noqa: PLC0415
 
     add_plan_parser(commands)
     add_generations_parser(commands)
+    add_audit_parser(commands)
     return parser
 
 

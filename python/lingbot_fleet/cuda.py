@@ -1,8 +1,10 @@
 """A minimal ctypes binding to the CUDA driver API (libcuda.so.1), no CUDA toolkit needed.
 
-Only what a short host-to-device load needs: devices, primary contexts, device and pinned
-host memory, host-to-device copies and events for timing. Every failing call raises
-CudaError naming the call, the CUresult name and the driver's description. Stdlib only.
+What a copy-engine probe needs: devices (bus id, UUID, attributes, peer access), primary
+contexts, device and pinned host memory, synchronous and asynchronous copies (host to
+device, device to host, peer to peer), memset, streams and events for timing. Every
+failing call raises CudaError naming the call, the CUresult name and the driver's
+description. Stdlib only.
 """
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ CUDA_LIBRARY = "libcuda.so.1"
 CUDA_SUCCESS = 0
 PCI_BUS_ID_LENGTH = 32
 CU_EVENT_DEFAULT = 0
+CU_STREAM_NON_BLOCKING = 1
+CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING = 41
+CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED = 2
+UUID_BYTES = 16
 
 CUresult = ctypes.c_int
 CUdevice = ctypes.c_int
@@ -24,6 +30,16 @@ CUdeviceptr = ctypes.c_ulonglong
 CUcontext = ctypes.c_void_p
 CUevent = ctypes.c_void_p
 CUstream = ctypes.c_void_p
+
+
+class CUuuid(ctypes.Structure):
+    _fields_ = [("bytes", ctypes.c_ubyte * UUID_BYTES)]
+
+
+def format_uuid(raw: bytes) -> str:
+    """16 UUID bytes as NVML and nvidia-smi print them: 'GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxx...'."""
+    text = raw.hex()
+    return f"GPU-{text[0:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:32]}"
 
 
 class CudaError(RuntimeError):
@@ -39,17 +55,40 @@ class CudaError(RuntimeError):
 # name -> (argtypes); every entry point returns CUresult. The first existing name wins.
 _SIGNATURES: dict[tuple[str, ...], list[type]] = {
     ("cuInit",): [ctypes.c_uint],
+    ("cuDriverGetVersion",): [ctypes.POINTER(ctypes.c_int)],
     ("cuDeviceGetCount",): [ctypes.POINTER(ctypes.c_int)],
     ("cuDeviceGet",): [ctypes.POINTER(CUdevice), ctypes.c_int],
     ("cuDeviceGetPCIBusId",): [ctypes.c_char_p, ctypes.c_int, CUdevice],
+    ("cuDeviceGetUuid_v2", "cuDeviceGetUuid"): [ctypes.POINTER(CUuuid), CUdevice],
+    ("cuDeviceGetAttribute",): [ctypes.POINTER(ctypes.c_int), ctypes.c_int, CUdevice],
+    ("cuDeviceCanAccessPeer",): [ctypes.POINTER(ctypes.c_int), CUdevice, CUdevice],
+    ("cuDeviceGetP2PAttribute",): [ctypes.POINTER(ctypes.c_int), ctypes.c_int, CUdevice, CUdevice],
     ("cuDevicePrimaryCtxRetain",): [ctypes.POINTER(CUcontext), CUdevice],
     ("cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease"): [CUdevice],
     ("cuCtxSetCurrent",): [CUcontext],
+    ("cuCtxEnablePeerAccess",): [CUcontext, ctypes.c_uint],
+    ("cuCtxDisablePeerAccess",): [CUcontext],
     ("cuMemAlloc_v2",): [ctypes.POINTER(CUdeviceptr), ctypes.c_size_t],
     ("cuMemFree_v2",): [CUdeviceptr],
     ("cuMemAllocHost_v2",): [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t],
     ("cuMemFreeHost",): [ctypes.c_void_p],
     ("cuMemcpyHtoD_v2",): [CUdeviceptr, ctypes.c_void_p, ctypes.c_size_t],
+    ("cuMemcpyDtoH_v2",): [ctypes.c_void_p, CUdeviceptr, ctypes.c_size_t],
+    ("cuMemcpyHtoDAsync_v2",): [CUdeviceptr, ctypes.c_void_p, ctypes.c_size_t, CUstream],
+    ("cuMemcpyDtoHAsync_v2",): [ctypes.c_void_p, CUdeviceptr, ctypes.c_size_t, CUstream],
+    ("cuMemcpyPeerAsync",): [
+        CUdeviceptr,
+        CUcontext,
+        CUdeviceptr,
+        CUcontext,
+        ctypes.c_size_t,
+        CUstream,
+    ],
+    ("cuMemsetD8_v2",): [CUdeviceptr, ctypes.c_ubyte, ctypes.c_size_t],
+    ("cuStreamCreate",): [ctypes.POINTER(CUstream), ctypes.c_uint],
+    ("cuStreamDestroy_v2", "cuStreamDestroy"): [CUstream],
+    ("cuStreamSynchronize",): [CUstream],
+    ("cuStreamWaitEvent",): [CUstream, CUevent, ctypes.c_uint],
     ("cuEventCreate",): [ctypes.POINTER(CUevent), ctypes.c_uint],
     ("cuEventRecord",): [CUevent, CUstream],
     ("cuEventSynchronize",): [CUevent],
@@ -61,7 +100,12 @@ _SIGNATURES: dict[tuple[str, ...], list[type]] = {
 
 
 class CudaDriver:
-    """The driver library with typed entry points; `cuInit` runs on construction."""
+    """The driver library with typed entry points; `cuInit` runs on construction.
+
+    Handles (contexts, streams, events, pointers) are plain ints. Context managers free
+    what they allocated; when the block is left by an exception, a failing release is
+    ignored so that the first error is the one reported.
+    """
 
     def __init__(self, library: str = CUDA_LIBRARY) -> None:
         try:
@@ -95,6 +139,24 @@ class CudaDriver:
             name, text = self._error_text(code)
             raise CudaError(call, code, name, text)
 
+    @contextmanager
+    def _released_by(self, call: str, *args: object) -> Iterator[None]:
+        """Run `call(*args)` after the block; checked only when the block succeeded."""
+        try:
+            yield
+        except BaseException:
+            self._calls[call](*args)
+            raise
+        self._check(call, *args)
+
+    # ---- driver and devices ------------------------------------------------------------
+
+    def driver_version(self) -> int:
+        """The CUDA version the driver supports, e.g. 12040 for 12.4."""
+        version = ctypes.c_int()
+        self._check("cuDriverGetVersion", ctypes.byref(version))
+        return version.value
+
     def device_count(self) -> int:
         count = ctypes.c_int()
         self._check("cuDeviceGetCount", ctypes.byref(count))
@@ -111,34 +173,89 @@ class CudaDriver:
         self._check("cuDeviceGetPCIBusId", buffer, PCI_BUS_ID_LENGTH, device)
         return buffer.value.decode().lower()
 
+    def uuid(self, device: int) -> str:
+        """The GPU's UUID as NVML prints it ('GPU-...')."""
+        raw = CUuuid()
+        self._check("cuDeviceGetUuid_v2", ctypes.byref(raw), device)
+        return format_uuid(bytes(raw.bytes))
+
+    def attribute(self, attribute: int, device: int) -> int:
+        value = ctypes.c_int()
+        self._check("cuDeviceGetAttribute", ctypes.byref(value), attribute, device)
+        return value.value
+
+    def can_access_peer(self, device: int, peer: int) -> bool:
+        """Whether contexts on `device` can map memory of `peer` (the driver's P2P verdict)."""
+        value = ctypes.c_int()
+        self._check("cuDeviceCanAccessPeer", ctypes.byref(value), device, peer)
+        return bool(value.value)
+
+    def p2p_attribute(self, attribute: int, src_device: int, dst_device: int) -> int:
+        value = ctypes.c_int()
+        self._check(
+            "cuDeviceGetP2PAttribute", ctypes.byref(value), attribute, src_device, dst_device
+        )
+        return value.value
+
+    # ---- contexts ----------------------------------------------------------------------
+
+    def retain_primary_context(self, device: int) -> int:
+        context = CUcontext()
+        self._check("cuDevicePrimaryCtxRetain", ctypes.byref(context), device)
+        return context.value or 0
+
+    def release_primary_context(self, device: int) -> None:
+        self._check("cuDevicePrimaryCtxRelease_v2", device)
+
+    def set_current(self, context: int) -> None:
+        self._check("cuCtxSetCurrent", CUcontext(context))
+
     @contextmanager
     def primary_context(self, device: int) -> Iterator[int]:
         """Retain the device's primary context and make it current; release on exit."""
-        context = CUcontext()
-        self._check("cuDevicePrimaryCtxRetain", ctypes.byref(context), device)
-        try:
-            self._check("cuCtxSetCurrent", context)
-            yield context.value or 0
-        finally:
-            self._check("cuDevicePrimaryCtxRelease_v2", device)
+        context = self.retain_primary_context(device)
+        with self._released_by("cuDevicePrimaryCtxRelease_v2", device):
+            self.set_current(context)
+            yield context
+
+    def enable_peer_access(self, peer_context: int) -> None:
+        """Let the current context map memory of `peer_context`'s device."""
+        self._check("cuCtxEnablePeerAccess", CUcontext(peer_context), 0)
+
+    def disable_peer_access(self, peer_context: int) -> None:
+        self._check("cuCtxDisablePeerAccess", CUcontext(peer_context))
+
+    # ---- memory ------------------------------------------------------------------------
+
+    def allocate_device(self, size_bytes: int) -> int:
+        """Device memory of the current context's GPU; free it with free_device."""
+        pointer = CUdeviceptr()
+        self._check("cuMemAlloc_v2", ctypes.byref(pointer), size_bytes)
+        return pointer.value
+
+    def free_device(self, pointer: int) -> None:
+        self._check("cuMemFree_v2", CUdeviceptr(pointer))
+
+    def allocate_pinned_host(self, size_bytes: int) -> int:
+        """Page-locked host memory (first touched by the calling thread's CPUs)."""
+        pointer = ctypes.c_void_p()
+        self._check("cuMemAllocHost_v2", ctypes.byref(pointer), size_bytes)
+        return pointer.value or 0
+
+    def free_pinned_host(self, pointer: int) -> None:
+        self._check("cuMemFreeHost", ctypes.c_void_p(pointer))
 
     @contextmanager
     def device_memory(self, size_bytes: int) -> Iterator[int]:
-        pointer = CUdeviceptr()
-        self._check("cuMemAlloc_v2", ctypes.byref(pointer), size_bytes)
-        try:
-            yield pointer.value
-        finally:
-            self._check("cuMemFree_v2", pointer)
+        pointer = self.allocate_device(size_bytes)
+        with self._released_by("cuMemFree_v2", CUdeviceptr(pointer)):
+            yield pointer
 
     @contextmanager
     def pinned_host_memory(self, size_bytes: int) -> Iterator[int]:
-        pointer = ctypes.c_void_p()
-        self._check("cuMemAllocHost_v2", ctypes.byref(pointer), size_bytes)
-        try:
-            yield pointer.value or 0
-        finally:
-            self._check("cuMemFreeHost", pointer)
+        pointer = self.allocate_pinned_host(size_bytes)
+        with self._released_by("cuMemFreeHost", ctypes.c_void_p(pointer)):
+            yield pointer
 
     def copy_host_to_device(self, device_pointer: int, host_pointer: int, size_bytes: int) -> None:
         self._check(
@@ -148,17 +265,103 @@ class CudaDriver:
             size_bytes,
         )
 
+    def copy_device_to_host(self, host_pointer: int, device_pointer: int, size_bytes: int) -> None:
+        self._check(
+            "cuMemcpyDtoH_v2",
+            ctypes.c_void_p(host_pointer),
+            CUdeviceptr(device_pointer),
+            size_bytes,
+        )
+
+    def copy_host_to_device_async(
+        self, device_pointer: int, host_pointer: int, size_bytes: int, stream: int
+    ) -> None:
+        self._check(
+            "cuMemcpyHtoDAsync_v2",
+            CUdeviceptr(device_pointer),
+            ctypes.c_void_p(host_pointer),
+            size_bytes,
+            CUstream(stream),
+        )
+
+    def copy_device_to_host_async(
+        self, host_pointer: int, device_pointer: int, size_bytes: int, stream: int
+    ) -> None:
+        self._check(
+            "cuMemcpyDtoHAsync_v2",
+            ctypes.c_void_p(host_pointer),
+            CUdeviceptr(device_pointer),
+            size_bytes,
+            CUstream(stream),
+        )
+
+    def copy_peer_async(
+        self,
+        *,
+        dst_pointer: int,
+        dst_context: int,
+        src_pointer: int,
+        src_context: int,
+        size_bytes: int,
+        stream: int,
+    ) -> None:
+        """GPU to GPU: direct when peer access is on, else staged by the driver through host
+        memory."""
+        self._check(
+            "cuMemcpyPeerAsync",
+            CUdeviceptr(dst_pointer),
+            CUcontext(dst_context),
+            CUdeviceptr(src_pointer),
+            CUcontext(src_context),
+            size_bytes,
+            CUstream(stream),
+        )
+
+    def memset_d8(self, device_pointer: int, value: int, count: int) -> None:
+        self._check("cuMemsetD8_v2", CUdeviceptr(device_pointer), value, count)
+
+    # ---- streams and events ------------------------------------------------------------
+
+    def create_stream(self) -> int:
+        """A non-blocking stream of the current context; destroy it with destroy_stream."""
+        stream = CUstream()
+        self._check("cuStreamCreate", ctypes.byref(stream), CU_STREAM_NON_BLOCKING)
+        return stream.value or 0
+
+    def destroy_stream(self, stream: int) -> None:
+        self._check("cuStreamDestroy_v2", CUstream(stream))
+
     @contextmanager
-    def event(self) -> Iterator[int]:
+    def stream(self) -> Iterator[int]:
+        stream = self.create_stream()
+        with self._released_by("cuStreamDestroy_v2", CUstream(stream)):
+            yield stream
+
+    def synchronize_stream(self, stream: int) -> None:
+        self._check("cuStreamSynchronize", CUstream(stream))
+
+    def stream_wait_event(self, stream: int, event: int) -> None:
+        """Work queued on `stream` after this waits for `event`."""
+        self._check("cuStreamWaitEvent", CUstream(stream), CUevent(event), 0)
+
+    def create_event(self) -> int:
+        """A timing event; destroy it with destroy_event."""
         event = CUevent()
         self._check("cuEventCreate", ctypes.byref(event), CU_EVENT_DEFAULT)
-        try:
-            yield event.value or 0
-        finally:
-            self._check("cuEventDestroy_v2", event)
+        return event.value or 0
 
-    def record(self, event: int) -> None:
-        self._check("cuEventRecord", CUevent(event), CUstream(None))
+    def destroy_event(self, event: int) -> None:
+        self._check("cuEventDestroy_v2", CUevent(event))
+
+    @contextmanager
+    def event(self) -> Iterator[int]:
+        event = self.create_event()
+        with self._released_by("cuEventDestroy_v2", CUevent(event)):
+            yield event
+
+    def record(self, event: int, stream: int = 0) -> None:
+        """Record `event` on `stream` (0: the current context's default stream)."""
+        self._check("cuEventRecord", CUevent(event), CUstream(stream or None))
 
     def synchronize(self, event: int) -> None:
         self._check("cuEventSynchronize", CUevent(event))

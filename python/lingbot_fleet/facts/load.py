@@ -61,17 +61,25 @@ def sample_during(
 
     def loop() -> None:
         while not done.is_set():
-            try:
-                reading = sampler(bus_id)
-            except Exception as error:  # a failed reading is recorded, not fatal
-                reading = {"error": str(error)}
-            samples.append({"t_s": round(time.monotonic() - started_s, 4), **reading})
+            take()
             done.wait(interval_s)
+
+    def take() -> None:
+        try:
+            reading = sampler(bus_id)
+        except Exception as error:  # a failed reading is recorded, not fatal
+            reading = {"error": str(error)}
+        samples.append({"t_s": round(time.monotonic() - started_s, 4), **reading})
 
     thread = threading.Thread(target=loop, daemon=True)
     thread.start()
     try:
         result = work()
+        # One reading as the last copy completes, so a short load is never missed by
+        # the sampler's interval (the link stays up for a while after a copy).
+        done.set()
+        thread.join()
+        take()
     finally:
         done.set()
         thread.join()

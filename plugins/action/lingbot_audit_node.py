@@ -1,0 +1,81 @@
+"""Action plugin lingbot_audit_node: one module call on the node, the rest on the controller.
+
+Runs the lingbot_audit_node module (roles/fleet_audit/library) once, then, in the same
+worker on the controller, evaluates what it read: link and NUMA findings, the plan the
+node would get, drift of the deployed LingBot configs, the pending reboot (see
+lingbot_fleet.audit.evaluate). Policy comes from the host's variables, with the roles'
+defaults for what the inventory leaves unset, so the audit judges by the same policy as
+provisioning. Changes nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from ansible.plugins.action import ActionBase
+
+_REPO = Path(__file__).resolve().parents[2]
+if str(_REPO / "python") not in sys.path:
+    sys.path.insert(0, str(_REPO / "python"))
+
+from lingbot_fleet.audit.evaluate import AuditPolicy, evaluate_node  # noqa: E402
+from lingbot_fleet.cmdline import PolicyError  # noqa: E402
+from lingbot_fleet.plan import PlanInputError  # noqa: E402
+
+POLICY_ROLES = ("gpu_checks", "kernel_cmdline", "lingbot_service")
+ACTION_ONLY_ARGS = ("fresh_probe",)
+
+
+def role_defaults(roles_dir: Path) -> dict[str, Any]:
+    """Every policy role's defaults/main.yml merged (roles not in the tree are skipped)."""
+    merged: dict[str, Any] = {}
+    for role in POLICY_ROLES:
+        path = roles_dir / role / "defaults" / "main.yml"
+        if path.is_file():
+            merged.update(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+    return merged
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+
+    def _policy_vars(self, task_vars: dict[str, Any]) -> dict[str, Any]:
+        values = role_defaults(_REPO / "roles")
+        prefixes = tuple(f"{role}_" for role in POLICY_ROLES)
+        for key, value in task_vars.items():
+            if key.startswith(prefixes):
+                values[key] = self._templar.template(value)
+        return values
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        module_args = {k: v for k, v in self._task.args.items() if k not in ACTION_ONLY_ARGS}
+        fresh_probe = self._task.args.get("fresh_probe") or None
+        node_result = self._execute_module(
+            module_name="lingbot_audit_node", module_args=module_args, task_vars=task_vars
+        )
+        if node_result.get("failed") or "node" not in node_result:
+            return {**result, **node_result, "failed": True}
+        try:
+            policy = AuditPolicy.from_vars(self._policy_vars(task_vars))
+            record = evaluate_node(node_result["node"], policy, fresh_probe)
+        except (PolicyError, PlanInputError, ValueError, TypeError) as error:
+            result.update(
+                failed=True,
+                msg=f"the audit policy of this host is invalid: {error}; fix the inventory "
+                "variable it names",
+            )
+            return result
+        counts: dict[str, int] = {}
+        for finding in record["findings"]:
+            counts[finding["severity"]] = counts.get(finding["severity"], 0) + 1
+        result.update(
+            changed=False,
+            audit=record,
+            msg=", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no findings",
+        )
+        return result

@@ -1,0 +1,589 @@
+"""One node's audit record, computed on the controller from what the node module read.
+
+Pure functions: `evaluate_node(node, policy)` turns the `lingbot_audit_node` result and
+the policy (inventory variables) into the record fleet.json keeps per node: a facts
+summary, the findings, the probe summary, the plan, drift and the pending reboot.
+docs/audit.md lists every finding code the audit adds to the link checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from ..cmdline import PolicyError, build_policy, check_policy, iommu_vendor_switch, parse_cmdline
+from ..facts import schema_problems
+from ..findings import Finding
+from ..lingbot_config import ConfigError, build_config
+from ..linkcheck import LinkPolicy, check_links
+from ..plan import POLICY_KEYS, PlanInputError, build_plan
+
+# Words of the boot entry that are not kernel policy: the image and the root device.
+BOOT_ONLY_PREFIXES = ("BOOT_IMAGE=", "root=", "initrd=")
+BOOT_ONLY_WORDS = frozenset({"ro", "rw"})
+MAX_DRIFT_PATHS = 20
+
+
+@dataclass(frozen=True)
+class AuditPolicy:
+    """The inventory variables the audit judges a node by (role prefixes stripped)."""
+
+    link: LinkPolicy = field(default_factory=LinkPolicy)
+    kernel_present: Mapping[str, Any] = field(default_factory=lambda: {"iommu": "pt"})
+    kernel_absent: Sequence[str] = ("pci=noacpi",)
+    kernel_iommu_vendor_switch: bool = False
+    kernel_pcie_aspm_off: bool = False
+    plan: Mapping[str, Any] = field(default_factory=dict)
+    config_overrides: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_vars(cls, variables: Mapping[str, Any]) -> AuditPolicy:
+        """From inventory variables: gpu_checks_*, kernel_cmdline_*, lingbot_service_*."""
+        link_vars = {
+            key.removeprefix("gpu_checks_"): value
+            for key, value in variables.items()
+            if key.startswith("gpu_checks_")
+        }
+        plan_vars = {
+            key.removeprefix("lingbot_service_"): value
+            for key, value in variables.items()
+            if key.startswith("lingbot_service_")
+            and key.removeprefix("lingbot_service_") in POLICY_KEYS
+        }
+        return cls(
+            link=LinkPolicy.from_vars(link_vars),
+            kernel_present=dict(variables.get("kernel_cmdline_present") or {}),
+            kernel_absent=tuple(variables.get("kernel_cmdline_absent") or ()),
+            kernel_iommu_vendor_switch=bool(variables.get("kernel_cmdline_iommu_vendor_switch")),
+            kernel_pcie_aspm_off=bool(variables.get("kernel_cmdline_pcie_aspm_off")),
+            plan=plan_vars,
+            config_overrides=dict(variables.get("lingbot_service_config_overrides") or {}),
+        )
+
+
+def section_error(section: Any) -> str | None:
+    if isinstance(section, Mapping) and set(section) == {"error"}:
+        return str(section["error"])
+    return None
+
+
+# --- facts ----------------------------------------------------------------------------
+
+
+def facts_summary(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """What the reports show of the facts: the GPUs with their links, topology, P2P status."""
+    gpus = []
+    for gpu in facts.get("gpus") or []:
+        pcie = gpu.get("pcie") or {}
+        gpus.append(
+            {
+                "index": gpu.get("index"),
+                "model": gpu.get("model"),
+                "uuid": gpu.get("uuid"),
+                "bus_id": gpu.get("bus_id"),
+                "numa_node": gpu.get("numa_node"),
+                "lost": bool(gpu.get("lost")),
+                "persistence_mode": gpu.get("persistence_mode"),
+                "link": {
+                    key: pcie.get(key)
+                    for key in (
+                        "current_gen",
+                        "current_width",
+                        "max_gen",
+                        "max_width",
+                        "max_gen_gpu",
+                        "max_width_gpu",
+                    )
+                },
+                "upstream_port": (pcie.get("upstream_port") or {}).get("bdf"),
+                "host_bridge": gpu.get("host_bridge"),
+            }
+        )
+    return {
+        "driver_version": facts.get("driver_version"),
+        "iommu_mode": (facts.get("iommu") or {}).get("mode"),
+        "numa_node_count": (facts.get("numa") or {}).get("node_count"),
+        "sources": facts.get("sources"),
+        "gpus": gpus,
+        "topology": facts.get("topology") or [],
+        "p2p_read": (facts.get("p2p") or {}).get("read") or [],
+    }
+
+
+def persistence_findings(facts: Mapping[str, Any]) -> list[Finding]:
+    findings = []
+    for gpu in facts.get("gpus") or []:
+        if gpu.get("lost") or gpu.get("persistence_mode") is not False:
+            continue
+        findings.append(
+            Finding(
+                code="PERSISTENCE_MODE_OFF",
+                severity="warning",
+                subject=gpu.get("bus_id") or f"GPU {gpu.get('index')}",
+                message=f"GPU {gpu.get('index')} has persistence mode off",
+                evidence={"persistence_mode": False},
+                fix="run site.yml --tags nvidia_persistence (nvidia-persistenced without "
+                "--no-persistence-mode)",
+            )
+        )
+    return findings
+
+
+# --- probe ----------------------------------------------------------------------------
+
+
+def load_sample_from_probe(probe: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The probe's per-GPU link reading under load, in gpu_link_load's shape."""
+    if not probe:
+        return None
+    gpus = []
+    for gpu in probe.get("gpus") or []:
+        reading = gpu.get("link_under_load")
+        if not reading or gpu.get("error"):
+            continue
+        gpus.append(
+            {
+                "bus_id": gpu.get("bus_id"),
+                "possible": True,
+                "samples": [
+                    {
+                        "gen": reading.get("gen"),
+                        "width": reading.get("width"),
+                        "pstate": reading.get("performance_state"),
+                    }
+                ],
+            }
+        )
+    return {"possible": bool(gpus), "gpus": gpus}
+
+
+def probe_summary(probe: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """The P2P matrix (GB/s, peer access on, unidirectional) and what failed."""
+    indices = sorted({gpu.get("index") for gpu in probe.get("gpus") or []} - {None})
+    position = {index: row for row, index in enumerate(indices)}
+    matrix: list[list[float | None]] = [[None] * len(indices) for _ in indices]
+    data_check_failed = []
+    pair_errors = []
+    for pair in probe.get("pairs") or []:
+        src, dst = pair.get("src"), pair.get("dst")
+        if src in position and dst in position:
+            enabled = pair.get("p2p_enabled") or {}
+            matrix[position[src]][position[dst]] = enabled.get("unidirectional_gbytes_per_s")
+        if pair.get("data_check") == "failed":
+            data_check_failed.append(f"{src}->{dst}")
+        if pair.get("error"):
+            pair_errors.append(f"{src}->{dst}: {pair['error']}")
+    return {
+        "source": source,
+        "timestamp": probe.get("timestamp"),
+        "duration_s": probe.get("duration_s"),
+        "size_bytes": (probe.get("parameters") or {}).get("size_bytes"),
+        "gpu_indices": indices,
+        "p2p_gbytes_per_s": matrix,
+        "h2d_gbytes_per_s": [
+            gpu.get("h2d_gbytes_per_s")
+            for gpu in sorted(probe.get("gpus") or [], key=lambda g: g.get("index", 0))
+        ],
+        "data_check_failed": data_check_failed,
+        "errors": [str(e) for e in probe.get("errors") or []] + pair_errors,
+    }
+
+
+def probe_findings(summary: Mapping[str, Any] | None) -> list[Finding]:
+    if summary is None:
+        return [
+            Finding(
+                code="PROBE_MISSING",
+                severity="info",
+                subject="node",
+                message="no saved probe result: the plan is provisional",
+                evidence={},
+                fix="run site.yml (role p2p_probe) or the audit with -e audit_probe=true",
+            )
+        ]
+    findings = []
+    for pair in summary["data_check_failed"]:
+        findings.append(
+            Finding(
+                code="P2P_DATA_CHECK_FAILED",
+                severity="error",
+                subject=f"pair {pair}",
+                message=f"peer copy {pair} reported success but the data did not arrive",
+                evidence={"probe_timestamp": summary["timestamp"]},
+                fix="do not use P2P on this pair: set iommu=pt (role kernel_cmdline), turn "
+                "ACS redirect off in the BIOS, and probe again",
+            )
+        )
+    if summary["errors"]:
+        findings.append(
+            Finding(
+                code="PROBE_ERRORS",
+                severity="warning",
+                subject="node",
+                message=(
+                    f"the probe could not measure everything ({len(summary['errors'])} error(s))"
+                ),
+                evidence={"errors": summary["errors"][:MAX_DRIFT_PATHS]},
+                fix="read the errors; a lost or busy GPU shows here",
+            )
+        )
+    return findings
+
+
+# --- kernel command line ----------------------------------------------------------------
+
+
+def policy_words(words: Sequence[str] | None) -> list[str] | None:
+    if words is None:
+        return None
+    return [w for w in words if w not in BOOT_ONLY_WORDS and not w.startswith(BOOT_ONLY_PREFIXES)]
+
+
+def kernel_state(kernel: Mapping[str, Any], policy: AuditPolicy) -> dict[str, Any]:
+    """Running against next boot (pending reboot) and both against the kernel_cmdline policy."""
+    running = policy_words(kernel.get("running")) or []
+    next_boot = policy_words(kernel.get("next_boot"))
+    grub_defaults = kernel.get("grub_defaults")
+    if section_error(grub_defaults) is not None:
+        grub_defaults = None
+    configured = next_boot if next_boot is not None else grub_defaults
+    present = dict(policy.kernel_present)
+    if policy.kernel_pcie_aspm_off:
+        present.setdefault("pcie_aspm", "off")
+    vendor = kernel.get("cpu_vendor")
+    if policy.kernel_iommu_vendor_switch and vendor:
+        try:
+            switch = iommu_vendor_switch(vendor)
+            present.setdefault(switch.name, switch.value)
+        except PolicyError:
+            pass
+    cmdline_policy = build_policy(present, list(policy.kernel_absent))
+    running_report = check_policy(parse_cmdline(" ".join(running)), cmdline_policy)
+    state: dict[str, Any] = {
+        "running": kernel.get("running"),
+        "next_boot": kernel.get("next_boot"),
+        "next_boot_source": kernel.get("next_boot_source"),
+        "grub_defaults": grub_defaults,
+        "missing_running": [p.render() for p in running_report.missing],
+        "unwanted_running": [p.render() for p in running_report.unwanted],
+        "pending_reboot": None,
+        "added_on_reboot": [],
+        "removed_on_reboot": [],
+        "next_boot_compliant": None,
+    }
+    if configured is not None:
+        state["pending_reboot"] = sorted(configured) != sorted(running)
+        state["added_on_reboot"] = [w for w in configured if w not in running]
+        state["removed_on_reboot"] = [w for w in running if w not in configured]
+        state["next_boot_compliant"] = check_policy(
+            parse_cmdline(" ".join(configured)), cmdline_policy
+        ).compliant
+    return state
+
+
+def kernel_findings(state: Mapping[str, Any]) -> list[Finding]:
+    findings = []
+    if state["missing_running"] or state["unwanted_running"]:
+        if state["next_boot_compliant"]:
+            fix = "the boot configuration is already right: reboot the node"
+        else:
+            fix = "run site.yml --tags kernel_cmdline, then reboot the node"
+        problems = [f"{p} missing" for p in state["missing_running"]]
+        problems += [f"{p} present" for p in state["unwanted_running"]]
+        findings.append(
+            Finding(
+                code="KERNEL_PARAMS_NOT_IN_EFFECT",
+                severity="error",
+                subject="node",
+                message="the running kernel does not follow the kernel_cmdline policy: "
+                + ", ".join(problems),
+                evidence={
+                    "missing_running": list(state["missing_running"]),
+                    "unwanted_running": list(state["unwanted_running"]),
+                    "next_boot_compliant": state["next_boot_compliant"],
+                },
+                fix=fix,
+            )
+        )
+    if state["pending_reboot"]:
+        findings.append(
+            Finding(
+                code="REBOOT_PENDING",
+                severity="warning",
+                subject="node",
+                message="the next boot changes the kernel command line: "
+                + ", ".join(
+                    [f"+{w}" for w in state["added_on_reboot"]]
+                    + [f"-{w}" for w in state["removed_on_reboot"]]
+                ),
+                evidence={
+                    "added_on_reboot": list(state["added_on_reboot"]),
+                    "removed_on_reboot": list(state["removed_on_reboot"]),
+                    "next_boot_source": state["next_boot_source"],
+                },
+                fix="reboot the node in a maintenance window (kernel_cmdline_reboot=if_required)",
+            )
+        )
+    return findings
+
+
+# --- drift: deployed LingBot configs against the plan -------------------------------------
+
+
+def differing_paths(deployed: Any, planned: Any, prefix: str = "") -> list[str]:
+    """Key paths where two documents differ (lists compared by position)."""
+    if isinstance(deployed, Mapping) and isinstance(planned, Mapping):
+        paths = []
+        for key in sorted(set(deployed) | set(planned), key=str):
+            where = f"{prefix}.{key}" if prefix else str(key)
+            if key not in deployed:
+                paths.append(f"{where} (missing)")
+            elif key not in planned:
+                paths.append(f"{where} (not in plan)")
+            else:
+                paths += differing_paths(deployed[key], planned[key], where)
+        return paths
+    if isinstance(deployed, list) and isinstance(planned, list):
+        if len(deployed) != len(planned):
+            return [f"{prefix or '.'} ({len(deployed)} items, plan {len(planned)})"]
+        paths = []
+        for position, (left, right) in enumerate(zip(deployed, planned, strict=True)):
+            paths += differing_paths(left, right, f"{prefix}[{position}]")
+        return paths
+    same = deployed == planned and type(deployed) is type(planned)
+    numbers = (deployed, planned)
+    if all(isinstance(n, int | float) and not isinstance(n, bool) for n in numbers):
+        same = float(deployed) == float(planned)
+    return [] if same else [prefix or "."]
+
+
+def expected_config(instance: Mapping[str, Any], overrides: Mapping[str, Any]) -> Any:
+    """The config.yaml lingbot_service writes for a planned instance (overrides merged)."""
+    try:
+        return build_config(
+            instance["config"], overrides, instance.get("peer_access_threshold_gbytes_per_s")
+        )
+    except ConfigError:
+        return instance.get("config")
+
+
+def drift_state(
+    lingbot: Mapping[str, Any],
+    plan: Mapping[str, Any] | None,
+    overrides: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    configs = lingbot.get("configs") or {}
+    if not configs:
+        return {"deployed": False, "drifted": False, "instances": []}
+    planned = {
+        i["name"]: expected_config(i, overrides or {}) for i in (plan or {}).get("instances") or []
+    }
+    instances = []
+    for name in sorted(set(configs) | set(planned)):
+        if name not in configs:
+            instances.append({"name": name, "status": "missing", "differences": []})
+            continue
+        if name not in planned:
+            instances.append({"name": name, "status": "not_in_plan", "differences": []})
+            continue
+        try:
+            deployed = yaml.safe_load(configs[name]["text"])
+        except yaml.YAMLError as error:
+            instances.append(
+                {"name": name, "status": "unreadable", "differences": [str(error).splitlines()[0]]}
+            )
+            continue
+        paths = differing_paths(deployed, planned[name])
+        instances.append(
+            {
+                "name": name,
+                "status": "differs" if paths else "same",
+                "differences": paths[:MAX_DRIFT_PATHS],
+            }
+        )
+    return {
+        "deployed": True,
+        "drifted": any(i["status"] != "same" for i in instances),
+        "instances": instances,
+    }
+
+
+def drift_message(instance: Mapping[str, Any]) -> str:
+    text = f"LingBot instance {instance['name']}: {instance['status'].replace('_', ' ')}"
+    if instance["differences"]:
+        text += f" ({', '.join(instance['differences'][:3])})"
+    return text
+
+
+def drift_findings(drift: Mapping[str, Any]) -> list[Finding]:
+    if not drift["deployed"]:
+        return [
+            Finding(
+                code="LINGBOT_NOT_DEPLOYED",
+                severity="info",
+                subject="node",
+                message="no LingBot config on the node",
+                evidence={},
+                fix="run site.yml to deploy the plan",
+            )
+        ]
+    findings = []
+    for instance in drift["instances"]:
+        if instance["status"] == "same":
+            continue
+        findings.append(
+            Finding(
+                code="LINGBOT_CONFIG_DRIFT",
+                severity="warning",
+                subject=f"instance {instance['name']}",
+                message=drift_message(instance),
+                evidence={"status": instance["status"], "differences": instance["differences"]},
+                fix="run site.yml to deploy the plan again (or find who changed the config)",
+            )
+        )
+    return findings
+
+
+# --- generations ------------------------------------------------------------------------
+
+
+def generations_summary(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {
+            "generation": row.get("generation"),
+            "ok": bool(row.get("ok")),
+            "committed": row.get("committed"),
+            "run_id": row.get("run_id"),
+            "files": len(row.get("files") or []),
+            "kinds": list(row.get("kinds") or []),
+            "error": row.get("error"),
+        }
+        for row in rows
+    ]
+
+
+def generation_findings(rows: Sequence[Mapping[str, Any]]) -> list[Finding]:
+    return [
+        Finding(
+            code="GENERATION_DAMAGED",
+            severity="warning",
+            subject=f"generation {row['generation']}",
+            message=f"generation {row['generation']} cannot be used for a rollback",
+            evidence={"error": row.get("error")},
+            fix=str(row.get("error") or "repair or remove the generation"),
+        )
+        for row in rows
+        if not row.get("ok")
+    ]
+
+
+# --- the whole node -----------------------------------------------------------------------
+
+
+def unreadable(section: str, error: str) -> Finding:
+    return Finding(
+        code="AUDIT_SECTION_UNREADABLE",
+        severity="error",
+        subject=section,
+        message=f"the audit could not read {section} on the node: {error}",
+        evidence={"error": error},
+        fix="read the error; the rest of the audit of this node is still reported",
+    )
+
+
+def evaluate_node(
+    node: Mapping[str, Any],
+    policy: AuditPolicy,
+    fresh_probe: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The node's audit record (the per-node entry of fleet.json, without host and status)."""
+    findings: list[Finding] = []
+    facts = node.get("facts")
+    error = section_error(facts)
+    if error is None and facts is not None:
+        problems = schema_problems(facts)
+        error = "; ".join(problems) if problems else None
+    if error is not None:
+        findings.append(unreadable("facts", error))
+        facts = None
+
+    probe = fresh_probe
+    probe_source = "fresh"
+    if probe is None:
+        probe, probe_source = node.get("probe"), "saved"
+        if section_error(probe) is not None:
+            findings.append(unreadable("probe", section_error(probe) or ""))
+            probe = None
+    probe_info = probe_summary(probe, probe_source) if probe else None
+
+    link_findings = check_links(facts, policy.link, load_sample_from_probe(probe)) if facts else []
+    findings += link_findings
+    if facts:
+        findings += persistence_findings(facts)
+    findings += probe_findings(probe_info)
+
+    kernel = None
+    if section_error(node.get("kernel")) is None and node.get("kernel"):
+        kernel = kernel_state(node["kernel"], policy)
+        findings += kernel_findings(kernel)
+    else:
+        findings.append(unreadable("kernel", section_error(node.get("kernel")) or "missing"))
+
+    plan, plan_error = None, None
+    if facts:
+        try:
+            plan = build_plan(facts, probe, dict(policy.plan), link_findings)
+        except PlanInputError as failure:
+            plan_error = str(failure)
+            findings.append(
+                Finding(
+                    code="PLAN_INPUT_ERROR",
+                    severity="error",
+                    subject="node",
+                    message=f"the planner cannot plan this node: {failure}",
+                    evidence={},
+                    fix="follow the message; then audit again",
+                )
+            )
+        if plan and (plan.get("baseline") or {}).get("drifted_pairs"):
+            findings.append(
+                Finding(
+                    code="P2P_BASELINE_DRIFT",
+                    severity="warning",
+                    subject="node",
+                    message=f"P2P bandwidth off the baseline: {plan['baseline']['drifted_pairs']}",
+                    evidence={"baseline": plan["baseline"]},
+                    fix="compare with a healthy node of the same model; reseat, check BIOS",
+                )
+            )
+
+    drift = None
+    lingbot = node.get("lingbot")
+    if section_error(lingbot) is None and lingbot is not None:
+        drift = drift_state(lingbot, plan, policy.config_overrides)
+        findings += drift_findings(drift)
+    else:
+        findings.append(unreadable("lingbot", section_error(lingbot) or "missing"))
+
+    generations: list[dict[str, Any]] = []
+    rows = node.get("generations")
+    if isinstance(rows, list):
+        generations = generations_summary(rows)
+        findings += generation_findings(rows)
+    else:
+        findings.append(unreadable("generations", section_error(rows) or "missing"))
+
+    return {
+        "facts": facts_summary(facts) if facts else None,
+        "findings": [finding.to_dict() for finding in findings],
+        "probe": probe_info,
+        "plan": plan,
+        "plan_error": plan_error,
+        "drift": drift,
+        "kernel": kernel,
+        "pending_reboot": (kernel or {}).get("pending_reboot"),
+        "generations": generations,
+    }

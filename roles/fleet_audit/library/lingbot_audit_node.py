@@ -1,0 +1,121 @@
+#!/usr/bin/python
+"""Ansible module: read everything the fleet audit needs from a node, in one call."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: lingbot_audit_node
+short_description: Read a node's GPU facts, boot parameters, probe, LingBot config and generations
+description:
+  - One read-only call per node for the fleet audit (playbooks/audit.yml). Returns the GPU
+    facts (as gpu_facts gathers them), the running kernel command line, the parameters the
+    next boot gets (default BLS entry, else grub.cfg) and the grub defaults, the last saved
+    probe result, the deployed LingBot configs and plan.json, and the generations list.
+  - Changes nothing, in check mode or not. A section that cannot be read carries an
+    C(error) and the other sections still come back.
+  - Paired with the action plugin of the same name, which evaluates the result on the
+    controller (findings, plan, drift, pending reboot); see docs/audit.md.
+options:
+  root:
+    description: Directory read as C(/) (tests point it at a rendered lab tree).
+    type: path
+    default: /
+  nvml:
+    description: C(auto) uses NVML when pynvml imports; C(off) goes straight to nvidia-smi.
+    type: str
+    choices: [auto, "off"]
+    default: auto
+  nvml_python_path:
+    description: Directories (patterns allowed) searched for pynvml.
+    type: list
+    elements: str
+    default: []
+  nvidia_smi:
+    description: The nvidia-smi command of the fallback.
+    type: str
+    default: nvidia-smi
+  probe_path:
+    description: The last saved probe result (p2p_probe).
+    type: path
+    default: /var/lib/lingbot-fleet/probe/latest.json
+  lingbot_dir:
+    description: Where the deployed LingBot configs live (C(<dir>/<instance>/config.yaml)).
+    type: path
+    default: /etc/lingbot
+  plan_path:
+    description: The deployed plan document.
+    type: path
+    default: /etc/lingbot/plan.json
+  generations_dir:
+    description: Where the node keeps its generations.
+    type: path
+    default: /var/lib/lingbot-fleet/generations
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+author:
+  - lingbot-fleet
+"""
+
+EXAMPLES = r"""
+- name: Read the node for the audit
+  lingbot_audit_node:
+  register: audit_node
+"""
+
+RETURN = r"""
+node:
+  description: >-
+    schema_version, facts (docs/facts.md), kernel (running, next_boot, next_boot_source,
+    grub_defaults, cpu_vendor), probe (docs/probe.md or null), probe_path, lingbot
+    (configs {instance: {path, sha256, text}}, plan), generations (summaries); any
+    section may be {error}.
+  returned: always
+  type: dict
+"""
+
+import glob
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.lingbot_fleet.audit.node import collect_node
+
+
+def run_module() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "root": {"type": "path", "default": "/"},
+            "nvml": {"type": "str", "choices": ["auto", "off"], "default": "auto"},
+            "nvml_python_path": {"type": "list", "elements": "str", "default": []},
+            "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+            "probe_path": {"type": "path", "default": "/var/lib/lingbot-fleet/probe/latest.json"},
+            "lingbot_dir": {"type": "path", "default": "/etc/lingbot"},
+            "plan_path": {"type": "path", "default": "/etc/lingbot/plan.json"},
+            "generations_dir": {"type": "path", "default": "/var/lib/lingbot-fleet/generations"},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    paths = [p for pattern in params["nvml_python_path"] for p in sorted(glob.glob(pattern))]
+    smi = module.get_bin_path(params["nvidia_smi"]) or params["nvidia_smi"]
+    node = collect_node(
+        root=params["root"],
+        nvml=params["nvml"],
+        nvml_python_path=paths,
+        smi_command=[smi],
+        probe_path=params["probe_path"],
+        lingbot_dir=params["lingbot_dir"],
+        plan_path=params["plan_path"],
+        generations_dir=params["generations_dir"],
+    )
+    module.exit_json(changed=False, node=node)
+
+
+def main() -> None:
+    run_module()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,12 @@
+"""Fixtures for tests/probe: the lab helpers of tests/facts (facts_support)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+FACTS_TESTS = Path(__file__).resolve().parent.parent / "facts"
+if str(FACTS_TESTS) not in sys.path:
+    sys.path.insert(0, str(FACTS_TESTS))
+
+from facts_support import lab_env, lab_pynvml  # noqa: E402, F401
