@@ -240,6 +240,29 @@ def _install_lab_files(
     (root / "etc/hostname").write_text(spec.name + "\n")
     (root / "etc/hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {spec.name}\n")
     (root / "etc/machine-id").write_text(os.urandom(16).hex() + "\n")
+    if profile.get("os_family") == "RedHat":
+        _present_as_rocky(root)
+
+
+# A RedHat-family profile boots the same Debian rootfs but presents itself as Rocky Linux
+# 9, so Ansible takes its RedHat paths (grubby and BLS entries, which the lab simulates).
+ROCKY_OS_RELEASE = """NAME="Rocky Linux"
+VERSION="9.3 (Blue Onyx)"
+ID="rocky"
+ID_LIKE="rhel centos fedora"
+VERSION_ID="9.3"
+PLATFORM_ID="platform:el9"
+PRETTY_NAME="Rocky Linux 9.3 (Blue Onyx)"
+"""
+
+
+def _present_as_rocky(root: Path) -> None:
+    os_release = root / "etc/os-release"
+    os_release.unlink(missing_ok=True)
+    os_release.write_text(ROCKY_OS_RELEASE)
+    for name in ("redhat-release", "rocky-release", "system-release"):
+        (root / "etc" / name).write_text("Rocky Linux release 9.3 (Blue Onyx)\n")
+    (root / "etc/debian_version").unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------- the lab
