@@ -383,3 +383,28 @@ def check_links(
         findings += chipset_findings(gpu, policy)
     findings += numa_findings(facts, policy)
     return findings
+
+
+def load_from_probe(probe: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The probe's per-GPU link reading under load, in gpu_link_load's shape."""
+    if not probe:
+        return None
+    gpus = []
+    for gpu in probe.get("gpus") or []:
+        reading = gpu.get("link_under_load")
+        if not reading or gpu.get("error"):
+            continue
+        gpus.append(
+            {
+                "bus_id": gpu.get("bus_id"),
+                "possible": True,
+                "samples": [
+                    {
+                        "gen": reading.get("gen"),
+                        "width": reading.get("width"),
+                        "pstate": reading.get("performance_state"),
+                    }
+                ],
+            }
+        )
+    return {"possible": bool(gpus), "gpus": gpus}

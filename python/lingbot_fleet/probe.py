@@ -739,3 +739,29 @@ def load_saved_probe(save_dir: str | Path) -> dict[str, Any] | None:
         return json.loads(path.read_text())
     except FileNotFoundError:
         return None
+
+
+def reuse_reason(
+    saved: dict[str, Any] | None, facts: dict[str, Any], max_age_s: float, now_s: float
+) -> str | None:
+    """Why the saved probe still stands for this node (None: measure again).
+
+    A result is reused while it is younger than max_age_s and was taken on the same GPUs
+    (the UUID set of the facts): probing loads the links, which a serving node feels.
+    """
+    if saved is None or max_age_s <= 0:
+        return None
+    try:
+        taken_s = datetime.strptime(saved["timestamp"], "%Y-%m-%dT%H:%M:%SZ")
+        taken_s = taken_s.replace(tzinfo=timezone.utc).timestamp()
+    except (KeyError, TypeError, ValueError):
+        return None
+    age_s = now_s - taken_s
+    saved_uuids = sorted(gpu.get("uuid") or "" for gpu in saved.get("gpus", []))
+    current_uuids = sorted(gpu.get("uuid") or "" for gpu in facts.get("gpus", []))
+    if not 0 <= age_s < max_age_s or saved_uuids != current_uuids:
+        return None
+    return (
+        f"reused the probe of {saved['timestamp']} ({age_s / 3600:.1f} h old, same GPUs; "
+        f"max age {max_age_s / 3600:g} h)"
+    )

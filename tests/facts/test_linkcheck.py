@@ -165,6 +165,10 @@ def test_noacpi_on_two_sockets_is_an_error(tmp_path: Path, lab_env: Any, no_pynv
     findings = check_links(facts, LinkPolicy(numa_node_count=2))
     assert [(f.code, f.severity) for f in findings] == [("NUMA_NODE_MISSING", "error")] * 2
     assert findings[0].fix.startswith("remove pci=noacpi")
+    # Without a policy value the count comes from /sys/devices/system/node (two here).
+    from_sysfs = check_links(facts, POLICY)
+    assert [(f.code, f.severity) for f in from_sysfs] == [("NUMA_NODE_MISSING", "error")] * 2
+    facts["numa"]["node_count"] = None
     unknown_sockets = check_links(facts, POLICY)
     assert [(f.code, f.severity) for f in unknown_sockets] == [("NUMA_NODE_MISSING", "warning")] * 2
 

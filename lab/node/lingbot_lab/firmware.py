@@ -27,6 +27,7 @@ BIND_MOUNTS = (
     ("random", RANDOM_DIR),
     ("sys/bus/pci/devices", "/sys/bus/pci/devices"),
     ("sys/kernel/iommu_groups", "/sys/kernel/iommu_groups"),
+    ("sys/devices/system/node", "/sys/devices/system/node"),
 )
 
 

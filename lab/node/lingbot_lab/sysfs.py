@@ -193,4 +193,20 @@ def render_sysfs(
             os.symlink(
                 f"{KERNEL_IOMMU_GROUPS}/{groups[bdf]}", sys_dir / "devices" / path / "iommu_group"
             )
+    render_numa_nodes(state, sys_dir / "devices" / "system" / "node", cpu_count)
     return sys_dir
+
+
+def render_numa_nodes(state: dict[str, Any], node_dir: Path, cpu_count: int) -> None:
+    """/sys/devices/system/node as the profile's machine has it (SRAT, not PCI ACPI:
+    pci=noacpi leaves these alone)."""
+    node_dir.mkdir(parents=True, exist_ok=True)
+    ids = [node["id"] for node in state["numa_nodes"]]
+    every = format_cpulist(ids)
+    for name in ("online", "possible", "has_cpu", "has_memory", "has_normal_memory"):
+        _write(node_dir, name, every)
+    for node in state["numa_nodes"]:
+        directory = node_dir / f"node{node['id']}"
+        directory.mkdir()
+        _write(directory, "cpulist", node["cpus"])
+        _write(directory, "cpumap", cpu_mask(node["cpus"], cpu_count))

@@ -18,7 +18,7 @@ from ..cmdline import PolicyError, build_policy, check_policy, iommu_vendor_swit
 from ..facts import schema_problems
 from ..findings import Finding
 from ..lingbot_config import ConfigError, build_config
-from ..linkcheck import LinkPolicy, check_links
+from ..linkcheck import LinkPolicy, check_links, load_from_probe
 from ..plan import POLICY_KEYS, PlanInputError, build_plan
 
 # Words of the boot entry that are not kernel policy: the image and the root device.
@@ -133,31 +133,6 @@ def persistence_findings(facts: Mapping[str, Any]) -> list[Finding]:
 
 
 # --- probe ----------------------------------------------------------------------------
-
-
-def load_sample_from_probe(probe: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The probe's per-GPU link reading under load, in gpu_link_load's shape."""
-    if not probe:
-        return None
-    gpus = []
-    for gpu in probe.get("gpus") or []:
-        reading = gpu.get("link_under_load")
-        if not reading or gpu.get("error"):
-            continue
-        gpus.append(
-            {
-                "bus_id": gpu.get("bus_id"),
-                "possible": True,
-                "samples": [
-                    {
-                        "gen": reading.get("gen"),
-                        "width": reading.get("width"),
-                        "pstate": reading.get("performance_state"),
-                    }
-                ],
-            }
-        )
-    return {"possible": bool(gpus), "gpus": gpus}
 
 
 def probe_summary(probe: Mapping[str, Any], source: str) -> dict[str, Any]:
@@ -519,7 +494,7 @@ def evaluate_node(
             probe = None
     probe_info = probe_summary(probe, probe_source) if probe else None
 
-    link_findings = check_links(facts, policy.link, load_sample_from_probe(probe)) if facts else []
+    link_findings = check_links(facts, policy.link, load_from_probe(probe)) if facts else []
     findings += link_findings
     if facts:
         findings += persistence_findings(facts)

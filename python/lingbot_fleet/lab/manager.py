@@ -28,6 +28,8 @@ from .rootfs import ensure_rootfs
 
 Log = Callable[[str], None]
 STATE_FILE = "lab.json"
+LINGBOT_FIRST_PORT = 18000
+LINGBOT_PORTS_PER_NODE = 10
 # Inside each node: which lab home started it, so orphans of a crash can be found.
 LAB_HOME_MARKER = "opt/lingbot-lab/lab-home"
 SSH_WAIT_S = 90.0
@@ -409,6 +411,9 @@ class Lab:
                 "ansible_host": "127.0.0.1",
                 "ansible_port": spec.port,
                 "lingbot_lab_profile": spec.profile,
+                # Lab nodes share the host's network: give each its own LingBot ports.
+                "lingbot_service_base_port": LINGBOT_FIRST_PORT
+                + LINGBOT_PORTS_PER_NODE * (spec.port - layout.FIRST_SSH_PORT),
             }
             for spec in specs
         }

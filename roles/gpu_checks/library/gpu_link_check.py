@@ -21,6 +21,11 @@ options:
   load:
     description: The C(load) result of gpu_link_load.
     type: dict
+  probe:
+    description:
+      - A p2p_probe result; its per-GPU link reading under load stands in for I(load)
+        when I(load) is not given.
+    type: dict
   expected_links:
     description: GPU model (as NVML names it) -> C({gen, width}) expected of it.
     type: dict
@@ -80,7 +85,7 @@ summary:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.lingbot_fleet.facts import schema_problems
 from ansible.module_utils.lingbot_fleet.findings import at_or_above, count_by_severity
-from ansible.module_utils.lingbot_fleet.linkcheck import LinkPolicy, check_links
+from ansible.module_utils.lingbot_fleet.linkcheck import LinkPolicy, check_links, load_from_probe
 
 
 def run_module() -> None:
@@ -88,6 +93,7 @@ def run_module() -> None:
         argument_spec={
             "facts": {"type": "dict", "required": True},
             "load": {"type": "dict"},
+            "probe": {"type": "dict"},
             "expected_links": {"type": "dict", "default": {}},
             "expected_link_default": {"type": "dict", "default": {}},
             "chipset_bridge_ids": {"type": "list", "elements": "str", "default": []},
@@ -105,7 +111,8 @@ def run_module() -> None:
     if problems:
         module.fail_json(msg=f"facts are not a lingbot_gpu document: {'; '.join(problems)}")
     policy = LinkPolicy.from_vars(params)
-    findings = check_links(params["facts"], policy, params["load"])
+    load = params["load"] or load_from_probe(params["probe"])
+    findings = check_links(params["facts"], policy, load)
     result = {
         "changed": False,
         "findings": [finding.to_dict() for finding in findings],

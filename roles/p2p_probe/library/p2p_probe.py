@@ -55,6 +55,12 @@ options:
     description: Timestamped copies kept in I(save_dir) (the newest).
     type: int
     default: 10
+  max_age_s:
+    description:
+      - Reuse the saved result instead of measuring while it is younger than this and was
+        taken on the same GPUs (UUIDs). 0 always measures.
+    type: float
+    default: 0.0
   read_only:
     description: Return the last saved result without measuring.
     type: bool
@@ -125,6 +131,7 @@ ansible_facts:
 """
 
 import glob
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.lingbot_fleet.facts import gather_facts
@@ -135,6 +142,7 @@ from ansible.module_utils.lingbot_fleet.probe import (
     ProbeParameters,
     load_saved_probe,
     parse_pairs,
+    reuse_reason,
     run_probe,
     save_probe,
     start_link_sampler,
@@ -192,6 +200,7 @@ def run_module() -> None:
             "save_dir": {"type": "path", "default": "/var/lib/lingbot-fleet/probe"},
             "keep": {"type": "int", "default": 10},
             "read_only": {"type": "bool", "default": False},
+            "max_age_s": {"type": "float", "default": 0.0},
             "facts": {"type": "dict"},
             "root": {"type": "path", "default": "/"},
             "cuda_library": {"type": "str", "default": "libcuda.so.1"},
@@ -213,6 +222,16 @@ def run_module() -> None:
         nvml_python_path=python_path,
         smi_command=[smi],
     )
+    saved_probe = load_saved_probe(params["save_dir"])
+    reused = reuse_reason(saved_probe, facts, params["max_age_s"], time.time())
+    if reused:
+        module.exit_json(
+            changed=False,
+            probe=saved_probe,
+            saved={},
+            msg=reused,
+            ansible_facts={PROBE_FACT_NAME: saved_probe},
+        )
     sampler, stop_sampler, note = start_link_sampler(params["use_nvml"], python_path, [smi])
     try:
         probe = run_probe(facts, parameters, cuda_library=params["cuda_library"], sampler=sampler)

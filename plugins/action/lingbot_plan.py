@@ -1,0 +1,125 @@
+"""Action plugin: build the LingBot plan for a host, on the controller.
+
+Reads the host's facts (``ansible_facts.lingbot_gpu``, from the gpu_facts role), the probe
+result when there is one (``ansible_facts.lingbot_probe``, from the p2p_probe role) and the
+planner's policy (the ``lingbot_service_*`` variables named in
+``lingbot_fleet.plan.POLICY_KEYS``), builds the plan document (docs/plan.md) and sets it as
+the fact ``lingbot_plan``. Every instance's config.yaml is checked with the user's
+overrides (``lingbot_service_config_overrides``) merged on top, so a bad override fails
+here, before anything is written on the node. No connection to the node.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ansible.plugins.action import ActionBase
+
+_REPO = Path(__file__).resolve().parents[2]
+if str(_REPO / "python") not in sys.path:
+    sys.path.insert(0, str(_REPO / "python"))
+
+from lingbot_fleet.lingbot_config import ConfigError, build_config  # noqa: E402
+from lingbot_fleet.plan import POLICY_KEYS, PlanInputError, build_plan  # noqa: E402
+
+ROLE_PREFIX = "lingbot_service_"
+OVERRIDES_VARIABLE = f"{ROLE_PREFIX}config_overrides"
+
+
+def plain(value: Any) -> Any:
+    """Plain dicts, lists and scalars (no Ansible wrapper types) for the planner."""
+    if isinstance(value, Mapping):
+        return {str(key): plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(item) for item in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    for kind in (int, float, str):
+        if isinstance(value, kind):
+            return kind(value)
+    return value
+
+
+def config_problems(plan: Mapping[str, Any], overrides: Mapping[str, Any]) -> list[str]:
+    """Every problem of every instance's config.yaml with the overrides merged on top."""
+    problems: list[str] = []
+    for instance in plan["instances"]:
+        try:
+            build_config(
+                instance["config"], overrides, instance["peer_access_threshold_gbytes_per_s"]
+            )
+        except ConfigError as error:
+            problems += [f"instance {instance['name']}: {problem}" for problem in error.problems]
+    return problems
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def _variable(self, task_vars: Mapping[str, Any], name: str) -> Any:
+        return plain(self._templar.template(task_vars[name]))
+
+    def _facts(self, task_vars: Mapping[str, Any], name: str) -> Any:
+        facts = task_vars.get("ansible_facts") or {}
+        value = facts.get(name)
+        return None if value is None else plain(self._templar.template(value))
+
+    def _inputs(self, task_vars: Mapping[str, Any]) -> tuple[Any, Any, dict[str, Any], Any]:
+        args = self._task.args
+        facts = plain(args["facts"]) if args.get("facts") else self._facts(task_vars, "lingbot_gpu")
+        probe = (
+            plain(args["probe"]) if args.get("probe") else self._facts(task_vars, "lingbot_probe")
+        )
+        policy = {
+            key: self._variable(task_vars, f"{ROLE_PREFIX}{key}")
+            for key in POLICY_KEYS
+            if f"{ROLE_PREFIX}{key}" in task_vars
+        }
+        policy.update(plain(args.get("policy") or {}))
+        if "config_overrides" in args:
+            overrides = plain(args["config_overrides"])
+        elif OVERRIDES_VARIABLE in task_vars:
+            overrides = self._variable(task_vars, OVERRIDES_VARIABLE)
+        else:
+            overrides = {}
+        return facts, probe, policy, overrides
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        result["changed"] = False
+        facts, probe, policy, overrides = self._inputs(task_vars)
+        if facts is None:
+            result["failed"] = True
+            result["msg"] = (
+                "no GPU facts for this host (ansible_facts.lingbot_gpu); run the gpu_facts "
+                "role before planning"
+            )
+            return result
+        if not isinstance(overrides, Mapping):
+            result["failed"] = True
+            result["msg"] = f"{OVERRIDES_VARIABLE} must be a mapping of config.yaml keys"
+            return result
+        try:
+            plan = build_plan(facts, probe, policy)
+        except PlanInputError as error:
+            result["failed"] = True
+            result["msg"] = f"cannot plan LingBot for this host: {error}"
+            return result
+        problems = config_problems(plan, overrides)
+        result["plan"] = plan
+        result["ansible_facts"] = {"lingbot_plan": plan}
+        if problems:
+            result["failed"] = True
+            result["problems"] = problems
+            result["msg"] = (
+                f"{OVERRIDES_VARIABLE} would make config.yaml invalid (nothing was written):\n- "
+                + "\n- ".join(problems)
+            )
+            return result
+        result["msg"] = plan["summary"]
+        return result

@@ -1,0 +1,14 @@
+"""LingBot service tests: the planner's lab inputs (tests/plan) and the stand-in on sys.path."""
+
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+for extra in (
+    REPO_ROOT / "python",
+    REPO_ROOT / "tests" / "plan",
+    REPO_ROOT / "tests" / "service",
+    REPO_ROOT / "lab" / "lingbot_standin",
+):
+    if str(extra) not in sys.path:
+        sys.path.insert(0, str(extra))
