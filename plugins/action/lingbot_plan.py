@@ -24,6 +24,7 @@ if str(_REPO / "python") not in sys.path:
 
 from lingbot_fleet.lingbot_config import ConfigError, build_config  # noqa: E402
 from lingbot_fleet.plan import POLICY_KEYS, PlanInputError, build_plan  # noqa: E402
+from lingbot_fleet.policy import load_role_specs, typed_role_variables  # noqa: E402
 
 ROLE_PREFIX = "lingbot_service_"
 OVERRIDES_VARIABLE = f"{ROLE_PREFIX}config_overrides"
@@ -74,11 +75,14 @@ class ActionModule(ActionBase):
         probe = (
             plain(args["probe"]) if args.get("probe") else self._facts(task_vars, "lingbot_probe")
         )
-        policy = {
-            key: self._variable(task_vars, f"{ROLE_PREFIX}{key}")
+        raw = {
+            f"{ROLE_PREFIX}{key}": self._variable(task_vars, f"{ROLE_PREFIX}{key}")
             for key in POLICY_KEYS
             if f"{ROLE_PREFIX}{key}" in task_vars
         }
+        spec = load_role_specs(_REPO / "roles").get("lingbot_service", {})
+        typed = typed_role_variables(spec, raw)
+        policy = {name[len(ROLE_PREFIX) :]: value for name, value in typed.items()}
         policy.update(plain(args.get("policy") or {}))
         if "config_overrides" in args:
             overrides = plain(args["config_overrides"])
@@ -92,7 +96,12 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
         result["changed"] = False
-        facts, probe, policy, overrides = self._inputs(task_vars)
+        try:
+            facts, probe, policy, overrides = self._inputs(task_vars)
+        except ValueError as error:
+            result["failed"] = True
+            result["msg"] = f"cannot plan LingBot for this host: {error}"
+            return result
         if facts is None:
             result["failed"] = True
             result["msg"] = (

@@ -381,7 +381,72 @@ def check_links(
         findings += width_findings(gpu, policy)
         findings += generation_findings(gpu, policy, samples.get(gpu["bus_id"]))
         findings += chipset_findings(gpu, policy)
+    findings += acs_redirect_findings(facts)
     findings += numa_findings(facts, policy)
+    return findings
+
+
+ACS_REDIRECT_BITS = ("request_redirect", "completion_redirect")
+
+
+def acs_redirect_findings(facts: Mapping[str, Any]) -> list[Finding]:
+    """Switch ports whose ACS redirects peer requests upstream (one finding per port).
+
+    With ACS request/completion redirect on a switch downstream port, P2P between GPUs
+    behind that switch goes up to the root complex instead of across the switch: slower,
+    and subject to IOMMU translation. It matters only where another GPU behind the same
+    switch talks to this one over PCIe (NVLink pairs do not use the switch for P2P). It is
+    a PCIe setting (setpci or BIOS), reapplied every boot, so it is reported and fixing it
+    stays opt-in.
+    """
+    gpus = [gpu for gpu in facts.get("gpus", []) if not gpu.get("lost")]
+    topology = facts.get("topology") or []
+    below: dict[str, set[int]] = {}
+    for gpu in gpus:
+        for bridge in gpu.get("bridges") or []:
+            below.setdefault(bridge["bdf"], set()).add(gpu["index"])
+
+    def pcie_peers(gpu: Mapping[str, Any], upstream: str) -> list[int]:
+        row = topology[gpu["index"]] if gpu["index"] < len(topology) else []
+        return [
+            other
+            for other in sorted(below.get(upstream, set()) - {gpu["index"]})
+            if other >= len(row) or not str(row[other]).startswith("NV")
+        ]
+
+    findings: list[Finding] = []
+    seen: set[str] = set()
+    for gpu in gpus:
+        bridges = gpu.get("bridges") or []
+        for position, bridge in enumerate(bridges):
+            acs = bridge.get("acs") or {}
+            redirect = [bit for bit in ACS_REDIRECT_BITS if acs.get(bit)]
+            if bridge.get("port_type") != "switch_downstream" or not redirect:
+                continue
+            upstream = bridges[position + 1]["bdf"] if position + 1 < len(bridges) else ""
+            peers = pcie_peers(gpu, upstream)
+            if not peers or bridge["bdf"] in seen:
+                continue
+            seen.add(bridge["bdf"])
+            findings.append(
+                Finding(
+                    code="PCIE_ACS_REDIRECT",
+                    severity="warning",
+                    subject=bridge["bdf"],
+                    message=(
+                        f"switch port {bridge['bdf']} above GPU {gpu['index']} has ACS "
+                        f"{' and '.join(bit.replace('_', ' ') for bit in redirect)} on: its "
+                        f"peer traffic with GPU {', '.join(map(str, peers))} behind the same "
+                        "switch is sent up to the root complex"
+                    ),
+                    evidence={"acs_control": acs.get("control"), "redirect": redirect},
+                    fix=(
+                        "turn ACS redirect off for this port (BIOS, or setpci -s "
+                        f"{bridge['bdf']} ECAP_ACS+6.w at every boot) where isolation between "
+                        "the GPUs is not needed, then probe again"
+                    ),
+                )
+            )
     return findings
 
 

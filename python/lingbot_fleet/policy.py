@@ -112,3 +112,20 @@ def _kernel_cmdline_contradictions(variables: Mapping[str, Any]) -> list[str]:
     except PolicyError as error:
         return [f"kernel_cmdline_present/kernel_cmdline_absent: {error}"]
     return []
+
+
+def typed_role_variables(
+    role_spec: Mapping[str, Any], variables: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The role's variables among `variables`, converted to the types its spec declares.
+
+    Extra-vars arrive as strings (`-e lingbot_service_p2p_min_gbytes_per_s=30`); Ansible's
+    own role validation checks them but hands the task the raw value, so controller code
+    that computes with them converts them the same way. Raises ValueError naming the
+    variable when one does not convert.
+    """
+    known = {name: value for name, value in variables.items() if name in role_spec}
+    result = ArgumentSpecValidator(dict(role_spec)).validate(known)
+    if result.error_messages:
+        raise ValueError("; ".join(result.error_messages))
+    return {name: result.validated_parameters[name] for name in known}

@@ -187,3 +187,20 @@ def test_dual_socket_numa_from_devices_without_noacpi(
 def test_finding_refuses_unknown_severity() -> None:
     with pytest.raises(ValueError, match="unknown severity 'fatal'; use one of: info, warning"):
         Finding("X_Y", "fatal", "node", "m")
+
+
+def test_acs_redirect_on_the_switch_is_reported_per_port(
+    tmp_path: Path, lab_env: Any, no_pynvml: None
+) -> None:
+    _node, facts = facts_of(load_profile("a6000-iommu-acs"), tmp_path, lab_env)
+    acs = [f for f in check_links(facts, POLICY) if f.code == "PCIE_ACS_REDIRECT"]
+    assert [f.subject for f in acs] == sorted(
+        {b["bdf"] for g in facts["gpus"] for b in g["bridges"][:1]}
+    )
+    assert acs[0].severity == "warning"
+    assert "request redirect" in acs[0].message
+    assert acs[0].fix.startswith(
+        f"turn ACS redirect off for this port (BIOS, or setpci -s {acs[0].subject}"
+    )
+    _node, healthy = facts_of(load_profile("pcie-4gpu-two-switches"), tmp_path / "b", lab_env)
+    assert [f for f in check_links(healthy, POLICY) if f.code == "PCIE_ACS_REDIRECT"] == []

@@ -1,0 +1,71 @@
+"""Issue bar for the audit on the mixed lab: the findings the profiles imply, each node's
+plan, and nothing changed on any node."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from lingbot_fleet.lab import layout
+
+TOOLKIT_FILES = (
+    "find /etc/default/grub /etc/default/grub.d /boot/grub /boot/loader /etc/lingbot "
+    "/etc/systemd/system /var/lib/lingbot-fleet -type f 2>/dev/null | sort | xargs -r md5sum"
+)
+# Every node starts unconverged: iommu=pt not yet in effect, persistence off (the daemon
+# is not enabled), no probe saved, LingBot not deployed.
+UNCONVERGED = {
+    "KERNEL_PARAMS_NOT_IN_EFFECT",
+    "PERSISTENCE_MODE_OFF",
+    "PROBE_MISSING",
+    "LINGBOT_NOT_DEPLOYED",
+}
+IMPLIED_BY_PROFILE = {
+    "a6000-chipset": {"PCIE_GPU_BEHIND_CHIPSET", "PCIE_WIDTH_BELOW_EXPECTED"},
+    "a6000-dual-socket": set(),
+    "a6000-gen3": {"PCIE_GEN_BELOW_EXPECTED"},
+    "a6000-idle-gen1": set(),
+    "a6000-iommu-acs": {"PCIE_ACS_REDIRECT"},
+    "a6000-noacpi": {"NUMA_NODE_MISSING"},
+    "a6000-persistenced-off": set(),
+    "a6000-phb": set(),
+    "a6000-x8": {"PCIE_WIDTH_BELOW_EXPECTED"},
+    "h100-sxm-nvswitch": set(),
+    "pcie-4gpu-two-switches": set(),
+}
+
+
+def test_audit_reports_the_implied_findings_and_changes_nothing(booted_lab, tmp_path):
+    before = {spec.name: booted_lab.run(spec, TOOLKIT_FILES).stdout for spec in booted_lab.specs}
+    audit = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "lingbot-fleet"),
+            "audit",
+            "-i",
+            str(layout.LAB_INVENTORY),
+            "--report-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert audit.returncode == 1, audit.stdout + audit.stderr
+    fleet = json.loads((tmp_path / "fleet.json").read_text())
+    nodes = {node["host"]: node for node in fleet["nodes"]}
+    assert set(nodes) == {spec.name for spec in booted_lab.specs}
+    for spec in booted_lab.specs:
+        node = nodes[spec.name]
+        codes = {finding["code"] for finding in node["findings"]}
+        assert codes == UNCONVERGED | IMPLIED_BY_PROFILE[spec.profile], spec.profile
+        assert node["plan"]["summary"], spec.profile
+    assert nodes["lab10-h100-sxm-nvswitch"]["plan"]["instances"][1]["name"] == "numa1"
+    assert nodes["lab06-a6000-noacpi"]["plan"]["instances"] == []
+    for name in ("fleet.md", "fleet.html", "junit.xml"):
+        assert (tmp_path / name).stat().st_size > 0
+
+    after = {spec.name: booted_lab.run(spec, TOOLKIT_FILES).stdout for spec in booted_lab.specs}
+    assert after == before, "the audit changed files on a node"

@@ -1,0 +1,95 @@
+"""Issue bar for lingbot_service on the lab: the planned instances run under real systemd,
+bound and ordered as planned; a second run changes nothing; check/diff and bad overrides
+write nothing."""
+
+from __future__ import annotations
+
+import json
+
+from lab_support import recap, run_playbook
+
+NODES = ("a6000-phb", "a6000-chipset", "h100-sxm-nvswitch")
+TOOLKIT_FILES = "find /etc/lingbot /etc/systemd/system -type f 2>/dev/null | sort | xargs -r md5sum"
+RUNNING = r"""
+import json, subprocess
+units = subprocess.run(["systemctl", "list-units", "lingbot@*", "--no-legend", "--plain",
+                        "--state=running"], capture_output=True, text=True).stdout.split()
+out = {}
+for unit in [u for u in units if u.startswith("lingbot@")]:
+    pid = subprocess.run(["systemctl", "show", "-p", "MainPID", "--value", unit],
+                         capture_output=True, text=True).stdout.strip()
+    env = dict(line.split("=", 1) for line in
+               open(f"/proc/{pid}/environ").read().split("\0") if "=" in line)
+    argv = open(f"/proc/{pid}/cmdline").read().split("\0")
+    out[unit] = {"argv": argv, "numactl": env.get("LINGBOT_LAB_NUMACTL_REQUEST"),
+                 "visible": env.get("CUDA_VISIBLE_DEVICES"), "order": env.get("CUDA_DEVICE_ORDER")}
+out["plan"] = json.load(open("/etc/lingbot/plan.json"))
+print(json.dumps(out))
+"""
+
+
+def _argument(argv: list[str], option: str) -> str:
+    return argv[argv.index(option) + 1]
+
+
+def test_planned_instances_run_bound_and_ordered(booted_lab):
+    specs = [booted_lab.node(profile) for profile in NODES]
+    limit = ",".join(spec.name for spec in specs)
+    first = run_playbook("site.yml", limit)
+    assert first.returncode == 0, first.stdout[-4000:] + first.stderr
+
+    phb = booted_lab.python(specs[0], RUNNING)
+    main = phb["lingbot@main.service"]
+    instance = phb["plan"]["instances"][0]
+    assert _argument(main["argv"], "--gpus") == "0,1"
+    assert main["numactl"] == "--cpunodebind=0 --membind=0"
+    assert main["order"] == "PCI_BUS_ID"
+    assert main["visible"] == ",".join(instance["gpu_uuids"])
+    assert instance["kv_cache_strategy"] == "p2p_direct"
+
+    chipset = booted_lab.python(specs[1], RUNNING)
+    assert _argument(chipset["lingbot@main.service"]["argv"], "--gpus") == "0"
+    assert "below p2p_min_gbytes_per_s" in chipset["plan"]["instances"][0]["reasons"]["gpus"]
+
+    h100 = booted_lab.python(specs[2], RUNNING)
+    assert sorted(unit for unit in h100 if unit != "plan") == [
+        "lingbot@numa0.service",
+        "lingbot@numa1.service",
+    ]
+    assert h100["lingbot@numa1.service"]["numactl"] == "--cpunodebind=1 --membind=1"
+    assert _argument(h100["lingbot@numa1.service"]["argv"], "--gpus") == "0,1,2,3"
+    port = h100["plan"]["instances"][1]["port"]
+    metrics = booted_lab.run(specs[2], f"curl -sf http://127.0.0.1:{port}/metrics").stdout
+    assert 'lingbot_balancer_weight{gpu="gpu:3"}' in metrics
+
+    again = run_playbook("site.yml", limit)
+    assert again.returncode == 0, again.stdout[-4000:]
+    for spec in specs:
+        assert recap(again.stdout, spec.name)["changed"] == 0, spec.name
+
+
+def test_check_diff_and_bad_override_write_nothing(booted_lab):
+    spec = booted_lab.node("a6000-phb")
+    before = booted_lab.run(spec, TOOLKIT_FILES).stdout
+    assert "/etc/lingbot/main/config.yaml" in before, "converge the node first"
+
+    preview = run_playbook(
+        "site.yml", spec.name, "--check", "--diff", "-e", "lingbot_service_p2p_min_gbytes_per_s=30"
+    )
+    assert preview.returncode == 0, preview.stdout[-4000:]
+    assert "+++ after: /etc/lingbot/main/config.yaml" in preview.stdout
+    assert "-  p2p_threshold_gbps: 200.0" in preview.stdout
+    assert "+  p2p_threshold_gbps: 240.0" in preview.stdout or "+p2p_threshold_gbps: 240.0" in (
+        preview.stdout
+    )
+    assert booted_lab.run(spec, TOOLKIT_FILES).stdout == before
+
+    bad = run_playbook(
+        "site.yml",
+        spec.name,
+        "-e",
+        json.dumps({"lingbot_service_config_overrides": {"colour": 1}}),
+    )
+    assert bad.returncode != 0
+    assert "colour" in bad.stdout
+    assert booted_lab.run(spec, TOOLKIT_FILES).stdout == before
