@@ -60,6 +60,7 @@ test: lint unit lab-test molecule
 
 bench: setup native
 	$(BIN)/python bench/lab_boot.py
+	$(BIN)/python bench/fleet_audit.py --hosts 50
 
 lab-down: setup
 	$(BIN)/lingbot-fleet lab down

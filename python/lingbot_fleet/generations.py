@@ -632,7 +632,14 @@ class RollbackPlan:
         return {
             "grub_changed": KIND_GRUB in kinds,
             "units_changed": KIND_UNIT in kinds,
-            "services_to_restart": services_to_restart(r.path for r in changed),
+            "services_to_restart": [
+                unit
+                for unit in _timer_for_timed_services(
+                    services_to_restart(r.path for r in changed), changed
+                )
+                if unit not in units_to_stop(changed)
+            ],
+            "units_to_stop": units_to_stop(changed),
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -663,6 +670,47 @@ def services_to_restart(paths: Iterable[str]) -> list[str]:
             if name.endswith(".service") and not name.endswith("@.service"):
                 services.add(name)
     return sorted(services)
+
+
+def _timer_for_timed_services(services: list[str], restores: Iterable[Restore]) -> list[str]:
+    """A service run by a timer restored with it is (re)started through its timer."""
+    timers = {
+        os.path.basename(restore.path)
+        for restore in restores
+        if restore.path.endswith(".timer") and restore.action == "write"
+    }
+    units = {
+        f"{service[: -len('.service')]}.timer"
+        if f"{service[: -len('.service')]}.timer" in timers
+        else service
+        for service in services
+    }
+    return sorted(units | timers)
+
+
+def units_to_stop(restores: Iterable[Restore]) -> list[str]:
+    """Units the rollback takes away: their unit file, or for a LingBot instance its
+    drop-in or config, did not exist in the restored generation. They are stopped and
+    disabled (`systemctl disable --now` works once the file is gone)."""
+    units: set[str] = set()
+    for restore in restores:
+        if restore.action != "remove":
+            continue
+        path = restore.path
+        if path.startswith(_LINGBOT_DIR):
+            parts = path[len(_LINGBOT_DIR) :].split("/")
+            if len(parts) == 2 and parts[1] == "config.yaml":
+                units.add(LINGBOT_UNIT.format(instance=parts[0]))
+            continue
+        for unit_dir in _UNIT_DIRS:
+            if not path.startswith(unit_dir):
+                continue
+            name, _, rest = path[len(unit_dir) :].partition("/")
+            if name.endswith((".service", ".timer")) and not rest and "@." not in name:
+                units.add(name)
+            elif name.startswith("lingbot@") and name.endswith(".service.d") and rest:
+                units.add(name[: -len(".d")])
+    return sorted(units)
 
 
 def plan_rollback(

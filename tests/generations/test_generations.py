@@ -155,6 +155,7 @@ def test_rollback_restores_bytes_mode_owner_and_removes_new_files(tmp_path: Path
         "grub_changed": True,
         "units_changed": False,
         "services_to_restart": [],
+        "units_to_stop": [],
     }
     assert gen.apply_rollback(plan, GDIR, "rb1", str(root)) == [GRUB, DROPIN]
     assert tree(root) == original
@@ -193,7 +194,9 @@ def test_rollback_to_a_specific_generation_undoes_all_later_ones(tmp_path: Path)
         DROPIN: 2,
         GRUB: 3,
     }
-    assert plan.effects()["services_to_restart"] == ["lingbot@main.service"]
+    # The instance's config did not exist after generation 1: it is stopped, not restarted.
+    assert plan.effects()["services_to_restart"] == []
+    assert plan.effects()["units_to_stop"] == ["lingbot@main.service"]
     gen.apply_rollback(plan, GDIR, "rb", str(root))
     assert tree(root) == after_one
 
@@ -318,3 +321,28 @@ def test_boot_state_compares_grub_cfg_with_running_kernel(tmp_path: Path) -> Non
     assert state["reboot_required"] is True
     (root / "proc/cmdline").write_text("BOOT_IMAGE=/boot/vmlinuz ro quiet iommu=pt\n")
     assert gen.boot_state(str(root))["reboot_required"] is False
+
+
+def test_units_the_rollback_removes_are_stopped_not_restarted():
+    from lingbot_fleet.generations import units_to_stop
+
+    class Removed:
+        def __init__(self, path, action="remove"):
+            self.path = path
+            self.action = action
+
+    restores = [
+        Removed("/etc/systemd/system/lingbot-fleet-monitor.timer"),
+        Removed("/etc/systemd/system/lingbot-fleet-monitor.service"),
+        Removed("/etc/systemd/system/lingbot@main.service.d/10-lingbot-fleet-plan.conf"),
+        Removed("/etc/lingbot/numa1/config.yaml"),
+        Removed("/etc/systemd/system/lingbot@.service"),
+        Removed("/etc/systemd/system/nvidia-persistenced.service.d/lingbot-fleet.conf"),
+        Removed("/etc/lingbot/main/config.yaml", action="write"),
+    ]
+    assert units_to_stop(restores) == [
+        "lingbot-fleet-monitor.service",
+        "lingbot-fleet-monitor.timer",
+        "lingbot@main.service",
+        "lingbot@numa1.service",
+    ]

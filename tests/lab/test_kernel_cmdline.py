@@ -36,3 +36,46 @@ def test_noacpi_removed_rebooted_and_verified(booted_lab):
     again = run_playbook("site.yml", spec.name, "-e", "kernel_cmdline_reboot=if_required")
     assert again.returncode == 0, again.stdout
     assert recap(again.stdout, spec.name)["changed"] == 0
+
+
+def test_rollback_restores_grub_and_the_previous_cmdline(booted_lab):
+    spec = booted_lab.node("a6000-noacpi")
+    grub = "md5sum /etc/default/grub /etc/default/grub.d/*.cfg 2>/dev/null; true"
+    listing = booted_lab.run(spec, "ls /var/lib/lingbot-fleet/generations").stdout.split()
+    assert "1" in listing, "the previous test converged the node in generation 1"
+
+    preview = run_playbook("playbooks/rollback.yml", spec.name, "--check")
+    assert preview.returncode == 0, preview.stdout[-3000:]
+    assert "/etc/default/grub" in preview.stdout
+    assert "pci=noacpi" not in booted_lab.run(spec, "cat /proc/cmdline").stdout
+
+    rolled = run_playbook(
+        "playbooks/rollback.yml",
+        spec.name,
+        "-e",
+        "rollback_confirm=true",
+        "-e",
+        "kernel_cmdline_reboot=if_required",
+    )
+    assert rolled.returncode == 0, rolled.stdout[-3000:]
+    running = booted_lab.run(spec, "cat /proc/cmdline").stdout.split()
+    assert "pci=noacpi" in running
+    assert "iommu=pt" not in running
+    assert "lingbot-fleet.cfg" not in booted_lab.run(spec, "ls /etc/default/grub.d").stdout
+    assert (
+        'GRUB_CMDLINE_LINUX_DEFAULT="quiet pci=noacpi"'
+        in booted_lab.run(spec, "cat /etc/default/grub").stdout
+    )
+    restored = booted_lab.run(spec, grub).stdout
+
+    again = run_playbook(
+        "playbooks/rollback.yml",
+        spec.name,
+        "-e",
+        "rollback_confirm=true",
+        "-e",
+        "kernel_cmdline_reboot=if_required",
+    )
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert "iommu=pt" in booted_lab.run(spec, "cat /proc/cmdline").stdout.split()
+    assert booted_lab.run(spec, grub).stdout != restored

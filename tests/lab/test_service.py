@@ -93,3 +93,24 @@ def test_check_diff_and_bad_override_write_nothing(booted_lab):
     assert bad.returncode != 0
     assert "colour" in bad.stdout
     assert booted_lab.run(spec, TOOLKIT_FILES).stdout == before
+
+
+def test_monitor_timer_writes_metrics_a_prometheus_parser_reads(booted_lab):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    spec = booted_lab.node("a6000-phb")
+    timers = booted_lab.run(spec, "systemctl list-timers lingbot-fleet-monitor.timer --no-legend")
+    assert "lingbot-fleet-monitor.timer" in timers.stdout
+    booted_lab.run(spec, "systemctl start lingbot-fleet-monitor.service")
+    text = booted_lab.run(
+        spec, "cat /var/lib/prometheus/node-exporter/lingbot_fleet_monitor.prom"
+    ).stdout
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    assert samples[("lingbot_fleet_p2p_usable", (("dst", "1"), ("src", "0")))] == 1
+    assert samples[("lingbot_fleet_fallback_recommended", (("instance", "main"),))] == 0
+    bandwidth = samples[("lingbot_fleet_p2p_bandwidth_gbytes_per_s", (("dst", "1"), ("src", "0")))]
+    assert 27.0 < bandwidth < 30.0

@@ -156,8 +156,15 @@ files:
   type: list
   elements: str
 services_to_restart:
-  description: Services whose files changed.
+  description: Services whose files changed and that still exist after the rollback.
   returned: action is rollback or single_gpu
+  type: list
+  elements: str
+units_to_stop:
+  description:
+    - Services and timers the rollback takes away (their unit file, or a LingBot
+      instance's drop-in or config, did not exist in the restored generation).
+  returned: action is rollback
   type: list
   elements: str
 boot:
@@ -346,6 +353,7 @@ def do_rollback(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
         "rollback": report,
         "files": files,
         "services_to_restart": report["services_to_restart"],
+        "units_to_stop": report["units_to_stop"],
         "generation": None,
     }
     if check_mode or not files:

@@ -1,0 +1,590 @@
+"""Gated batch rollout: batch sizes, the gates a node passes after its change, the summary.
+
+Pure, standard library only. `playbooks/rollout.yml` hands the batch list to Ansible's
+`serial` unchanged; this module validates it (Ansible would silently turn `0` into "all
+remaining hosts" and crash on `"5.5%"`) and computes the same batches Ansible will run,
+so every node's batch number is known before the first one changes. Ansible's rule: a
+percentage is of the whole play's host count, rounded down, at least 1; a number is a
+host count; the last item repeats until every host has had its turn.
+
+The gates (docs in roles/rollout_gate/README.md), judged after a node's change:
+
+- `change`: the change itself completed (no task of it failed);
+- `measure`: the gate's own measurements (fresh probe, link check) completed;
+- `lingbot_health`: every planned LingBot instance answered its health check;
+- `link_check`: no link finding at or above the severity limit (default `error`; `never`
+  skips the gate);
+- `probe_paths`: every GPU pair the plan uses for peer access, on the fresh probe, has
+  peer access, is at or above the instance's threshold and passed the data check, and
+  every GPU the plan uses was measured without error;
+- `probe_regression`: no host bandwidth (h2d, d2h) or P2P bandwidth of the fresh probe is
+  below the node's previous probe by more than the tolerance. Skipped, with a note, when
+  there is no previous probe, it cannot be read, or it was taken on other GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_BATCHES: tuple[int | str, ...] = (1, "5%", "20%", "100%")
+GATES: tuple[str, ...] = (
+    "change",
+    "measure",
+    "lingbot_health",
+    "link_check",
+    "probe_paths",
+    "probe_regression",
+)
+SEVERITIES: tuple[str, ...] = ("info", "warning", "error", "critical")
+LINK_FAIL_ON_CHOICES: tuple[str, ...] = (*SEVERITIES, "never")
+_PERCENT = re.compile(r"^([0-9]+)%$")
+_COUNT = re.compile(r"^[0-9]+$")
+_JOURNAL_LINES_IN_EVIDENCE = 5
+
+
+class BatchSpecError(ValueError):
+    """The batch list cannot be used as the rollout's `serial`."""
+
+
+# --- Batches -------------------------------------------------------------------------
+
+
+def _batch_item(item: Any, position: int) -> int | str:
+    where = f"rollout_batches item {position + 1} ({item!r})"
+    if isinstance(item, bool) or not isinstance(item, int | str):
+        raise BatchSpecError(f"{where}: use a host count (1, 2, ...) or a percentage ('20%')")
+    if isinstance(item, int):
+        if item < 1:
+            raise BatchSpecError(
+                f"{where}: a batch needs at least 1 host (Ansible would run every remaining "
+                "host at once for 0 or less); use 1 or more, or '100%' for all the rest"
+            )
+        return item
+    text = item.strip()
+    if _COUNT.match(text):
+        return _batch_item(int(text), position)
+    match = _PERCENT.match(text)
+    if match is None:
+        raise BatchSpecError(
+            f"{where}: not a host count or a whole percentage; write e.g. 5 or '20%'"
+        )
+    percent = int(match.group(1))
+    if not 1 <= percent <= 100:
+        raise BatchSpecError(f"{where}: a percentage must be from 1% to 100%")
+    return f"{percent}%"
+
+
+def parse_batch_spec(spec: Any) -> list[int | str]:
+    """The batch list, checked and normalized (counts as int, percentages as 'N%').
+
+    Accepts a list, or one count or percentage on its own (as `serial` does)."""
+    if isinstance(spec, str) and spec.strip().startswith("["):
+        raise BatchSpecError(
+            f"rollout_batches arrived as the text {spec!r}, not a list; pass it as JSON: "
+            """-e '{"rollout_batches": [1, "5%", "20%", "100%"]}'"""
+        )
+    items = [spec] if isinstance(spec, int | str) and not isinstance(spec, bool) else spec
+    if not isinstance(items, list | tuple) or len(items) == 0:
+        raise BatchSpecError(
+            f"rollout_batches must be a non-empty list of host counts and percentages, "
+            f"e.g. [1, '5%', '20%', '100%']; got {spec!r}"
+        )
+    return [_batch_item(item, position) for position, item in enumerate(items)]
+
+
+def batch_size(item: int | str, host_count: int) -> int:
+    """Hosts in a batch of this item, for a play of `host_count` hosts (Ansible's rule)."""
+    if isinstance(item, str) and item.endswith("%"):
+        return int(int(item[:-1]) / 100.0 * host_count) or 1
+    return int(item)
+
+
+def batch_sizes(spec: Any, host_count: int) -> list[int]:
+    """The size of every batch Ansible runs for `host_count` hosts, in order."""
+    items = parse_batch_spec(spec)
+    sizes: list[int] = []
+    remaining = host_count
+    position = 0
+    while remaining > 0:
+        size = min(batch_size(items[position], host_count), remaining)
+        sizes.append(size)
+        remaining -= size
+        position = min(position + 1, len(items) - 1)
+    return sizes
+
+
+def assign_batches(spec: Any, hosts: Sequence[str]) -> list[list[str]]:
+    """The hosts of every batch, in the play's host order."""
+    batches: list[list[str]] = []
+    start = 0
+    for size in batch_sizes(spec, len(hosts)):
+        batches.append(list(hosts[start : start + size]))
+        start += size
+    return batches
+
+
+def batch_plan(spec: Any, hosts: Sequence[str]) -> dict[str, Any]:
+    """What rollout.yml stores as `rollout_gate_batch_plan`: spec, sizes, batches, batch_of."""
+    batches = assign_batches(spec, hosts)
+    return {
+        "spec": parse_batch_spec(spec),
+        "sizes": [len(batch) for batch in batches],
+        "batches": batches,
+        "batch_of": {host: number for number, batch in enumerate(batches, 1) for host in batch},
+    }
+
+
+# --- Gates ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GateFailure:
+    gate: str
+    evidence: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"gate": self.gate, "evidence": self.evidence}
+
+
+@dataclass(frozen=True)
+class HealthResult:
+    instance: str
+    healthy: bool
+    evidence: str = ""
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    regression_tolerance_percent: float = 10.0
+    link_fail_on: str = "error"
+
+    def problems(self) -> list[str]:
+        problems = []
+        if not 0 <= self.regression_tolerance_percent < 100:
+            problems.append(
+                "rollout_gate_regression_tolerance_percent must be from 0 to below 100, not "
+                f"{self.regression_tolerance_percent}"
+            )
+        if self.link_fail_on not in LINK_FAIL_ON_CHOICES:
+            problems.append(
+                f"rollout_gate_link_fail_on must be one of {', '.join(LINK_FAIL_ON_CHOICES)}, not "
+                f"{self.link_fail_on!r}"
+            )
+        return problems
+
+
+@dataclass(frozen=True)
+class GateInputs:
+    """What a node's gate judges. `previous_probe` is the saved probe read before this run
+    changed anything (None: there was none); `previous_probe_problem` says why it could not
+    be read. `change_failure` is the failed task's name and message when the change broke;
+    `measure_failure` the same when the gate's own measurements broke."""
+
+    plan: Mapping[str, Any] | None = None
+    fresh_probe: Mapping[str, Any] | None = None
+    previous_probe: Mapping[str, Any] | None = None
+    previous_probe_problem: str | None = None
+    link_findings: Sequence[Mapping[str, Any]] = ()
+    health: Sequence[HealthResult] = ()
+    change_failure: str | None = None
+    measure_failure: str | None = None
+
+
+@dataclass
+class GateReport:
+    failures: list[GateFailure] = field(default_factory=list)
+    gates: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def record(self, gate: str, failures: list[GateFailure]) -> None:
+        self.failures.extend(failures)
+        self.gates[gate] = "failed" if failures else "passed"
+
+    def skip(self, gate: str, note: str) -> None:
+        self.gates[gate] = "skipped"
+        self.notes.append(f"{gate} skipped: {note}")
+
+    def message(self, host: str) -> str:
+        if self.passed:
+            return f"{host} passed every rollout gate"
+        lines = "; ".join(f"[{f.gate}] {f.evidence}" for f in self.failures)
+        return f"{host} failed rollout gate(s) {', '.join(self.failed_gates())}: {lines}"
+
+    def failed_gates(self) -> list[str]:
+        return [gate for gate in GATES if self.gates.get(gate) == "failed"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "failures": [failure.to_dict() for failure in self.failures],
+            "gates": dict(self.gates),
+            "notes": list(self.notes),
+        }
+
+
+def _figure(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _pair_key(pair: Mapping[str, Any]) -> tuple[int, int]:
+    return int(pair["src"]), int(pair["dst"])
+
+
+def _p2p_gbytes_per_s(pair: Mapping[str, Any]) -> float | None:
+    enabled = pair.get("p2p_enabled") or {}
+    return _figure(enabled.get("unidirectional_gbytes_per_s"))
+
+
+def _probe_label(probe: Mapping[str, Any]) -> str:
+    return f"probe of {probe.get('timestamp') or 'unknown time'}"
+
+
+def health_gate(health: Sequence[HealthResult]) -> list[GateFailure]:
+    return [
+        GateFailure(
+            "lingbot_health",
+            f"lingbot@{result.instance}.service is not healthy: {result.evidence or 'no answer'}",
+        )
+        for result in health
+        if not result.healthy
+    ]
+
+
+def link_gate(findings: Sequence[Mapping[str, Any]], fail_on: str) -> list[GateFailure]:
+    limit = SEVERITIES.index(fail_on)
+    failures = []
+    for finding in findings:
+        severity = str(finding.get("severity", "critical"))
+        rank = SEVERITIES.index(severity) if severity in SEVERITIES else len(SEVERITIES)
+        if rank >= limit:
+            evidence = json.dumps(finding.get("evidence", {}), sort_keys=True)
+            failures.append(
+                GateFailure(
+                    "link_check",
+                    f"{severity} {finding.get('code')} {finding.get('subject')}: "
+                    f"{finding.get('message')} (evidence {evidence})",
+                )
+            )
+    return failures
+
+
+def _used_gpus(plan: Mapping[str, Any]) -> list[int]:
+    return sorted({int(gpu) for instance in plan.get("instances", []) for gpu in instance["gpus"]})
+
+
+def _threshold(plan: Mapping[str, Any], instance: Mapping[str, Any]) -> float:
+    value = instance.get("peer_access_threshold_gbytes_per_s")
+    if value is None:
+        value = (plan.get("policy") or {}).get("p2p_min_gbytes_per_s", 0.0)
+    return float(value)
+
+
+def _pair_failure(
+    used: Mapping[str, Any], measured: Mapping[str, Any] | None, threshold: float, label: str
+) -> str | None:
+    """Why the fresh probe's pair fails the plan's use of it (None: it does not)."""
+    if measured is None:
+        return "was not measured by the fresh probe"
+    if measured.get("error"):
+        return f"could not be measured: {measured['error']}"
+    figure = _p2p_gbytes_per_s(measured)
+    if not measured.get("can_access_peer") or figure is None:
+        return f"has no peer access on the fresh {label}"
+    problems = []
+    if figure < threshold:
+        problems.append(
+            f"{figure:g} GB/s is below the threshold {threshold:g} GB/s "
+            f"(planned on {_figure(used.get('gbytes_per_s')) or 0:g} GB/s)"
+        )
+    if measured.get("data_check") != "passed":
+        problems.append(
+            f"data check {measured.get('data_check')} (peer writes did not arrive intact)"
+        )
+    return "; ".join(problems) or None
+
+
+def probe_paths_gate(
+    plan: Mapping[str, Any], fresh_probe: Mapping[str, Any] | None
+) -> list[GateFailure]:
+    if fresh_probe is None:
+        return [GateFailure("probe_paths", "no fresh probe result to check the plan's paths on")]
+    label = _probe_label(fresh_probe)
+    failures = []
+    gpus = {int(gpu["index"]): gpu for gpu in fresh_probe.get("gpus", [])}
+    for index in _used_gpus(plan):
+        gpu = gpus.get(index)
+        if gpu is None:
+            failures.append(GateFailure("probe_paths", f"GPU {index} is missing from the {label}"))
+        elif gpu.get("error"):
+            failures.append(
+                GateFailure("probe_paths", f"GPU {index} failed on the {label}: {gpu['error']}")
+            )
+    pairs = {_pair_key(pair): pair for pair in fresh_probe.get("pairs", [])}
+    for instance in plan.get("instances", []):
+        threshold = _threshold(plan, instance)
+        for used in instance.get("peer_access_pairs", []):
+            key = _pair_key(used)
+            why = _pair_failure(used, pairs.get(key), threshold, label)
+            if why is not None:
+                failures.append(
+                    GateFailure(
+                        "probe_paths",
+                        f"pair {key[0]}->{key[1]} used by instance {instance['name']} {why} "
+                        f"({label})",
+                    )
+                )
+    return failures
+
+
+def _gpu_ids(probe: Mapping[str, Any]) -> list[str]:
+    return sorted(str(gpu.get("uuid") or gpu.get("index")) for gpu in probe.get("gpus", []))
+
+
+def _regressed(before: float, after: float | None, tolerance_percent: float) -> str | None:
+    """How `after` regressed from `before` beyond the tolerance (None: it did not)."""
+    if after is None:
+        return f"{before:g} GB/s before, not measured now"
+    if before <= 0 or after >= before * (1 - tolerance_percent / 100.0):
+        return None
+    drop_percent = (before - after) / before * 100.0
+    return f"{before:g} -> {after:g} GB/s (-{drop_percent:.1f}%)"
+
+
+def _gpu_regressions(
+    previous: Mapping[str, Any], fresh: Mapping[str, Any], tolerance_percent: float
+) -> list[str]:
+    fresh_gpus = {str(gpu.get("uuid") or gpu.get("index")): gpu for gpu in fresh.get("gpus", [])}
+    lines = []
+    for gpu in previous.get("gpus", []):
+        now = fresh_gpus.get(str(gpu.get("uuid") or gpu.get("index")), {})
+        for key, word in (("h2d_gbytes_per_s", "h2d"), ("d2h_gbytes_per_s", "d2h")):
+            before = _figure(gpu.get(key))
+            if before is None:
+                continue
+            why = _regressed(before, _figure(now.get(key)), tolerance_percent)
+            if why is not None:
+                lines.append(f"GPU {gpu.get('index')} {word} {why}")
+    return lines
+
+
+def _pair_regressions(
+    previous: Mapping[str, Any],
+    fresh: Mapping[str, Any],
+    tolerance_percent: float,
+    notes: list[str],
+) -> list[str]:
+    fresh_pairs = {_pair_key(pair): pair for pair in fresh.get("pairs", [])}
+    lines = []
+    for pair in previous.get("pairs", []):
+        before = _p2p_gbytes_per_s(pair)
+        if before is None:
+            continue
+        key = _pair_key(pair)
+        now = fresh_pairs.get(key)
+        if now is None:
+            notes.append(f"pair {key[0]}->{key[1]} was not measured by the fresh probe")
+            continue
+        why = _regressed(before, _p2p_gbytes_per_s(now), tolerance_percent)
+        if why is not None:
+            lines.append(f"pair {key[0]}->{key[1]} P2P {why}")
+    return lines
+
+
+def regression_gate(
+    previous: Mapping[str, Any],
+    fresh: Mapping[str, Any],
+    tolerance_percent: float,
+    notes: list[str],
+) -> list[GateFailure]:
+    lines = _gpu_regressions(previous, fresh, tolerance_percent) + _pair_regressions(
+        previous, fresh, tolerance_percent, notes
+    )
+    where = (
+        f"(fresh {_probe_label(fresh)} against the previous {_probe_label(previous)}, "
+        f"tolerance {tolerance_percent:g}%)"
+    )
+    return [GateFailure("probe_regression", f"{line} {where}") for line in lines]
+
+
+def _regression_skip_reason(inputs: GateInputs) -> str | None:
+    if inputs.previous_probe_problem:
+        return f"the previous probe could not be read: {inputs.previous_probe_problem}"
+    if inputs.previous_probe is None:
+        return "no previous probe on this node (its first probe); nothing to compare with"
+    if inputs.fresh_probe is None:
+        return "no fresh probe result"
+    if _gpu_ids(inputs.previous_probe) != _gpu_ids(inputs.fresh_probe):
+        return (
+            "the previous probe was taken on other GPUs "
+            f"({', '.join(_gpu_ids(inputs.previous_probe))}); nothing comparable"
+        )
+    return None
+
+
+def evaluate_gates(inputs: GateInputs, policy: GatePolicy | None = None) -> GateReport:
+    """Judge every gate for one node; the report lists each failure with its evidence."""
+    policy = policy or GatePolicy()
+    problems = policy.problems()
+    if problems:
+        raise ValueError("; ".join(problems))
+    report = GateReport()
+    if inputs.change_failure is not None:
+        report.record("change", [GateFailure("change", inputs.change_failure)])
+        for gate in GATES[1:]:
+            report.skip(gate, "the change did not complete")
+        return report
+    report.record("change", [])
+    measure = [GateFailure("measure", inputs.measure_failure)] if inputs.measure_failure else []
+    report.record("measure", measure)
+    report.record("lingbot_health", health_gate(inputs.health))
+    if not inputs.health:
+        report.notes.append("lingbot_health: no LingBot instance was checked")
+    if policy.link_fail_on == "never":
+        report.skip("link_check", "rollout_gate_link_fail_on is never")
+    else:
+        report.record("link_check", link_gate(inputs.link_findings, policy.link_fail_on))
+    if inputs.plan is None:
+        report.record(
+            "probe_paths",
+            [GateFailure("probe_paths", "no LingBot plan for this node (fact lingbot_plan)")],
+        )
+    else:
+        report.record("probe_paths", probe_paths_gate(inputs.plan, inputs.fresh_probe))
+    skip_reason = _regression_skip_reason(inputs)
+    if skip_reason is not None:
+        report.skip("probe_regression", skip_reason)
+    else:
+        assert inputs.previous_probe is not None and inputs.fresh_probe is not None
+        report.record(
+            "probe_regression",
+            regression_gate(
+                inputs.previous_probe,
+                inputs.fresh_probe,
+                policy.regression_tolerance_percent,
+                report.notes,
+            ),
+        )
+    return report
+
+
+def gate_failures(inputs: GateInputs, policy: GatePolicy | None = None) -> list[dict[str, str]]:
+    """The failures only, as `{gate, evidence}` mappings (empty: the node passed)."""
+    return [failure.to_dict() for failure in evaluate_gates(inputs, policy).failures]
+
+
+# --- Inputs as Ansible hands them ------------------------------------------------------
+
+
+def parse_previous_probe(text: str | None) -> tuple[dict[str, Any] | None, str | None]:
+    """The saved latest.json's text -> (probe, problem). Empty or None: no previous probe."""
+    if text is None or not text.strip():
+        return None, None
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as error:
+        return None, f"latest.json is not JSON ({error})"
+    if not isinstance(document, dict) or not isinstance(document.get("gpus"), list):
+        return None, "latest.json is not a probe document (no gpus list)"
+    return document, None
+
+
+def failure_text(message: Any) -> str:
+    """One line from a task's failure message; a [message, journal lines] list (the health
+    check's) keeps the message and the last journal lines."""
+    if isinstance(message, list | tuple):
+        head = [str(item) for item in message if not isinstance(item, list | tuple)]
+        journal = [str(line) for item in message if isinstance(item, list | tuple) for line in item]
+        text = " ".join(head)
+        if journal:
+            text += " | journal: " + " / ".join(journal[-_JOURNAL_LINES_IN_EVIDENCE:])
+        return " ".join(text.split())
+    return " ".join(str(message).split())
+
+
+def health_results(entries: Sequence[Mapping[str, Any]]) -> list[HealthResult]:
+    return [
+        HealthResult(
+            instance=str(entry["instance"]),
+            healthy=bool(entry.get("healthy")),
+            evidence=failure_text(entry.get("evidence", "")),
+        )
+        for entry in entries
+    ]
+
+
+def plain_data(value: Any) -> Any:
+    """Plain dicts, lists and scalars from mappings and sequences of any subtype."""
+    if isinstance(value, Mapping):
+        return {str(key): plain_data(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain_data(item) for item in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    for kind in (int, float, str):
+        if isinstance(value, kind):
+            return kind(value)
+    return value
+
+
+# --- Summary -------------------------------------------------------------------------
+
+
+def _batch_label(number: int, count: int) -> str:
+    return f"batch {number}/{count}" + (" (canary)" if number == 1 else "")
+
+
+def summarize(
+    plan: Mapping[str, Any], results: Mapping[str, Mapping[str, Any] | None]
+) -> dict[str, Any]:
+    """Rows (host, batch, outcome, failures, notes, rollback) and printable lines for
+    every host of the batch plan; `results` maps hosts to their `rollout_gate_result`."""
+    batches = plan["batches"]
+    rows: list[dict[str, Any]] = []
+    stopped_after: int | None = None
+    for number, batch in enumerate(batches, 1):
+        for host in batch:
+            result = results.get(host)
+            if result is None:
+                outcome = "not_reached"
+            else:
+                outcome = "passed" if result.get("passed") else "failed"
+            if outcome == "failed" and stopped_after is None:
+                stopped_after = number
+            rows.append(
+                {
+                    "host": host,
+                    "batch": number,
+                    "outcome": outcome,
+                    "failures": list((result or {}).get("failures", [])),
+                    "notes": list((result or {}).get("notes", [])),
+                    "rollback": (result or {}).get("rollback"),
+                }
+            )
+    lines = [_row_line(row, len(batches)) for row in rows]
+    if stopped_after is not None:
+        lines.append(
+            f"rollout stopped after {_batch_label(stopped_after, len(batches))}: a node failed "
+            "its gate and was rolled back; the nodes not reached are unchanged"
+        )
+    elif rows and all(row["outcome"] == "passed" for row in rows):
+        lines.append(f"rollout complete: {len(rows)} node(s) in {len(batches)} batch(es) passed")
+    return {"rows": rows, "lines": lines, "stopped_after_batch": stopped_after}
+
+
+def _row_line(row: Mapping[str, Any], batch_count: int) -> str:
+    head = f"{_batch_label(row['batch'], batch_count)} {row['host']}: "
+    if row["outcome"] == "not_reached":
+        return head + "not reached"
+    if row["outcome"] == "passed":
+        return head + "passed" + (f" ({'; '.join(row['notes'])})" if row["notes"] else "")
+    failures = "; ".join(f"gate {f['gate']}: {f['evidence']}" for f in row["failures"])
+    rollback = row.get("rollback") or "not rolled back"
+    return head + f"FAILED {failures} -> {rollback}"

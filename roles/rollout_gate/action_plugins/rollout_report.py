@@ -1,0 +1,50 @@
+"""Action plugin: the rollout summary, per node: batch, gate outcome, evidence, rollback.
+
+Runs on the controller (no connection to the node). Reads each host's
+`rollout_gate_result` from hostvars for every host of the batch plan; hosts without one
+were not reached. Returns `rows`, `lines` and `stopped_after_batch`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ansible.plugins.action import ActionBase
+
+_REPO = Path(__file__).resolve().parents[3]
+if str(_REPO / "python") not in sys.path:
+    sys.path.insert(0, str(_REPO / "python"))
+
+from lingbot_fleet.rollout import plain_data, summarize  # noqa: E402
+
+RESULT_VARIABLE = "rollout_gate_result"
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        result["changed"] = False
+        task_vars = task_vars or {}
+        plan = plain_data(self._task.args.get("batch_plan"))
+        if not isinstance(plan, dict) or not isinstance(plan.get("batches"), list):
+            result["failed"] = True
+            result["msg"] = (
+                "batch_plan must be the rollout_gate_batch_plan fact set by the first play of "
+                "playbooks/rollout.yml (tasks_from: validate of role rollout_gate)"
+            )
+            return result
+        hostvars = task_vars.get("hostvars") or {}
+        results = {}
+        for batch in plan["batches"]:
+            for host in batch:
+                host_vars = hostvars.get(host) or {}
+                value = host_vars.get(RESULT_VARIABLE)
+                results[host] = plain_data(self._templar.template(value)) if value else None
+        summary = summarize(plan, results)
+        result.update(summary)
+        result["msg"] = summary["lines"]
+        return result

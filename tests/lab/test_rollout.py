@@ -1,0 +1,44 @@
+"""Issue bar for the gated rollout: a canary that fails its gate stops the rollout and is
+back at its previous generation (files identical by checksum, service healthy)."""
+
+from __future__ import annotations
+
+import json
+
+from lab_support import run_playbook
+
+HEALTHY = ("a6000-idle-gen1", "a6000-persistenced-off", "a6000-phb", "pcie-4gpu-two-switches")
+TOOLKIT_FILES = (
+    "find /etc/default/grub /etc/default/grub.d /etc/lingbot /etc/systemd/system "
+    "-type f 2>/dev/null | sort | xargs -r md5sum"
+)
+DEGRADE_PAIR = (
+    "python3 -c \"import json; p='/opt/lingbot-lab/profile.json'; d=json.load(open(p)); "
+    "d['paths'][0]['p2p']['gbytes_per_s'] = 9.0; json.dump(d, open(p, 'w'))\""
+)
+
+
+def test_failing_canary_stops_the_rollout_and_is_rolled_back(booted_lab):
+    specs = [booted_lab.node(profile) for profile in HEALTHY]
+    limit = ",".join(spec.name for spec in specs)
+    converge = run_playbook("site.yml", limit)
+    assert converge.returncode == 0, converge.stdout[-4000:]
+    before = {spec.name: booted_lab.run(spec, TOOLKIT_FILES).stdout for spec in specs}
+    canary = specs[0]
+    booted_lab.run(canary, DEGRADE_PAIR)
+    booted_lab.reboot(canary)
+
+    change = {"lingbot_service_config_overrides": {"kv_cache_sync_interval_ms": 20}}
+    rollout = run_playbook("playbooks/rollout.yml", limit, "-e", json.dumps(change))
+
+    assert rollout.returncode != 0, rollout.stdout[-4000:]
+    assert canary.name in rollout.stdout
+    assert "probe_paths" in rollout.stdout
+    assert "not reached" in rollout.stdout
+    for spec in specs:
+        after = booted_lab.run(spec, TOOLKIT_FILES).stdout
+        assert after == before[spec.name], f"{spec.name} is not back to its previous files"
+    health = booted_lab.run(canary, "systemctl is-active lingbot@main.service").stdout.strip()
+    assert health == "active"
+    config = booted_lab.run(canary, "cat /etc/lingbot/main/config.yaml").stdout
+    assert "kv_cache_sync_interval_ms: 20" not in config
