@@ -58,9 +58,14 @@ molecule: setup native
 
 test: lint unit lab-test molecule
 
+BENCH_CONVERGED_HOST ?= lab01-a6000-phb
+
 bench: setup native
-	$(BIN)/python bench/lab_boot.py
-	$(BIN)/python bench/fleet_audit.py --hosts 50
+	$(BIN)/python bench/lab_boot.py --sizes 4,16
+	$(BIN)/lingbot-fleet lab up --profiles $(DEMO_PROFILES)
+	$(BIN)/ansible-playbook -i inventory/lab/hosts.yml site.yml -l $(BENCH_CONVERGED_HOST) >/dev/null
+	$(BIN)/python bench/fleet_audit.py --hosts 50 --forks 50 --converged-host $(BENCH_CONVERGED_HOST)
+	$(BIN)/lingbot-fleet lab down
 
 lab-down: setup
 	$(BIN)/lingbot-fleet lab down

@@ -25,23 +25,10 @@ if str(_REPO / "python") not in sys.path:
 from lingbot_fleet.lingbot_config import ConfigError, build_config  # noqa: E402
 from lingbot_fleet.plan import POLICY_KEYS, PlanInputError, build_plan  # noqa: E402
 from lingbot_fleet.policy import load_role_specs, typed_role_variables  # noqa: E402
+from lingbot_fleet.rollout import plain_data as plain  # noqa: E402
 
 ROLE_PREFIX = "lingbot_service_"
 OVERRIDES_VARIABLE = f"{ROLE_PREFIX}config_overrides"
-
-
-def plain(value: Any) -> Any:
-    """Plain dicts, lists and scalars (no Ansible wrapper types) for the planner."""
-    if isinstance(value, Mapping):
-        return {str(key): plain(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(item) for item in value]
-    if isinstance(value, bool) or value is None:
-        return value
-    for kind in (int, float, str):
-        if isinstance(value, kind):
-            return kind(value)
-    return value
 
 
 def config_problems(plan: Mapping[str, Any], overrides: Mapping[str, Any]) -> list[str]:
