@@ -38,6 +38,9 @@ demo: setup native
 	$(BIN)/lingbot-fleet lab up --profiles $(DEMO_PROFILES)
 	$(BIN)/lingbot-fleet lab status
 	$(BIN)/ansible-playbook -i inventory/lab/hosts.yml site.yml -l gpu-nodes
+	$(BIN)/lingbot-fleet audit -i inventory/lab/hosts.yml --report-dir reports/demo --fail-on critical
+	@sed -n '1,/^## Nodes/p' reports/demo/fleet.md
+	@echo "Full report: reports/demo/fleet.html (and fleet.md, fleet.json, junit.xml)"
 	@echo; echo "The lab stays up: try 'ansible-playbook -i inventory/lab/hosts.yml site.yml -l gpu-nodes --check --diff'."
 	@echo "Stop it with: $(BIN)/lingbot-fleet lab down"
 

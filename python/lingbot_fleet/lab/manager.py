@@ -363,6 +363,16 @@ class Lab:
             )
         (directory / "supervisor.pid").write_text(f"{process.pid}\n")
 
+    def _supervisor_starting(self, spec: NodeSpec) -> bool:
+        """The supervisor was just forked and has not exec'd Python yet (its cmdline is
+        still the parent's)."""
+        try:
+            pid = int((spec.directory(self.home) / "supervisor.pid").read_text())
+            status = Path(f"/proc/{pid}/status").read_text()
+        except (OSError, ValueError):
+            return False
+        return "State:\tZ" not in status
+
     def ssh_argv(self, spec: NodeSpec, *command: str) -> list[str]:
         return [
             "ssh",
@@ -392,7 +402,7 @@ class Lab:
     def _wait_ssh(self, spec: NodeSpec, _key: Path) -> None:
         deadline = time.monotonic() + SSH_WAIT_S
         while time.monotonic() < deadline:
-            if self.supervisor_pid(spec) is None:
+            if self.supervisor_pid(spec) is None and not self._supervisor_starting(spec):
                 raise LabError(
                     f"node {spec.name} stopped while booting; see "
                     f"{spec.directory(self.home) / 'console.log'}"
