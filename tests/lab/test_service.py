@@ -8,7 +8,7 @@ import json
 
 from lab_support import recap, run_playbook
 
-NODES = ("a6000-phb", "a6000-chipset", "h100-sxm-nvswitch")
+NODES = ("a6000-phb", "a6000-chipset", "h100-sxm-nvswitch", "a6000-iommu-acs", "a6000-dual-socket")
 TOOLKIT_FILES = "find /etc/lingbot /etc/systemd/system -type f 2>/dev/null | sort | xargs -r md5sum"
 RUNNING = r"""
 import json, subprocess
@@ -50,6 +50,15 @@ def test_planned_instances_run_bound_and_ordered(booted_lab):
     chipset = booted_lab.python(specs[1], RUNNING)
     assert _argument(chipset["lingbot@main.service"]["argv"], "--gpus") == "0"
     assert "below p2p_min_gbytes_per_s" in chipset["plan"]["instances"][0]["reasons"]["gpus"]
+
+    # IOMMU translating (no reboot yet): the peer data check fails, so no p2p_direct.
+    acs = booted_lab.python(specs[3], RUNNING)
+    assert [i["kv_cache_strategy"] for i in acs["plan"]["instances"]] == ["host_fallback"]
+    assert "data check failed" in acs["plan"]["instances"][0]["reasons"]["gpus"]
+    # One GPU per socket: a single-GPU plan, and the reason names the NUMA split.
+    split = booted_lab.python(specs[4], RUNNING)
+    assert _argument(split["lingbot@main.service"]["argv"], "--gpus") == "0"
+    assert "NUMA" in split["plan"]["instances"][0]["reasons"]["gpus"]
 
     h100 = booted_lab.python(specs[2], RUNNING)
     assert sorted(unit for unit in h100 if unit != "plan") == [
