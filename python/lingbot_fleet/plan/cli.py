@@ -1,6 +1,6 @@
 """`lingbot-fleet plan --facts F [--probe P] [--policy Y] [--findings J] [--explain]`.
 
-The integrator wires it with `add_plan_parser(subparsers)`; the parser's default `func` is
+`lingbot_fleet.cli` adds it with `add_plan_parser(subparsers)`; the parser's default `func` is
 `plan_command`. PyYAML is imported only to read a --policy YAML file.
 """
 
