@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import glob
 import json
 import math
 import os
@@ -38,7 +37,7 @@ from typing import Any
 
 from .facts import gather_facts
 from .findings import SEVERITIES, Finding, count_by_severity
-from .linkcheck import LinkPolicy, check_links
+from .linkcheck import LinkPolicy, check_links, load_from_probe
 from .probe import MIB, ProbeParameters, run_probe, start_link_sampler
 
 MONITOR_SCHEMA_VERSION = 1
@@ -588,29 +587,6 @@ def probe_error_findings(probe: Mapping[str, Any]) -> list[Finding]:
     ]
 
 
-def link_load_from_probe(probe: Mapping[str, Any]) -> dict[str, Any]:
-    """The probe's under-load link readings in the form linkcheck.check_links reads."""
-    gpus = []
-    for gpu in probe.get("gpus") or []:
-        reading = gpu.get("link_under_load")
-        if not reading or not gpu.get("bus_id"):
-            continue
-        gpus.append(
-            {
-                "bus_id": gpu["bus_id"],
-                "possible": True,
-                "samples": [
-                    {
-                        "gen": reading.get("gen"),
-                        "width": reading.get("width"),
-                        "pstate": reading.get("performance_state"),
-                    }
-                ],
-            }
-        )
-    return {"gpus": gpus}
-
-
 def planned_gpus_lost(plan: PlanView, facts: Mapping[str, Any]) -> int:
     by_uuid = current_indices(facts)
     return sum(1 for gpu in plan.gpus if locate(gpu.index, gpu.uuid, by_uuid) is None)
@@ -775,10 +751,6 @@ def log(level: str, message: str, stream: Any = None) -> None:
 # ---- one run -------------------------------------------------------------------------
 
 
-def _expand(patterns: Iterable[str]) -> list[str]:
-    return [path for pattern in patterns for path in sorted(glob.glob(pattern))]
-
-
 def gpu_rows(facts: Mapping[str, Any], probe: Mapping[str, Any]) -> list[dict[str, Any]]:
     measured = {gpu.get("index"): gpu for gpu in probe.get("gpus") or []}
     rows = []
@@ -814,7 +786,7 @@ def run_monitor(
     timestamp = datetime.fromtimestamp(wall_clock(), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     notes: list[str] = []
     plan = read_plan(config.plan_path)
-    python_path = _expand(config.nvml_python_path)
+    python_path = list(config.nvml_python_path)
     facts = gather_facts(
         config.root,
         nvml="auto" if config.use_nvml else "off",
@@ -846,7 +818,7 @@ def run_monitor(
     state = advance_state(previous, verdicts, timestamp)
     recommended = fallback_recommendations(plan.instances, verdicts, config.consecutive_runs)
 
-    findings = check_links(facts, config.link_policy(), link_load_from_probe(probe))
+    findings = check_links(facts, config.link_policy(), load_from_probe(probe))
     findings += probe_error_findings(probe)
     findings += drift_findings(plan, facts, verdicts, recommended, config.consecutive_runs)
     drift = sum(1 for verdict in verdicts if not verdict.usable) + planned_gpus_lost(plan, facts)

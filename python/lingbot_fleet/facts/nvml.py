@@ -7,6 +7,7 @@ nvidia-smi. NVML answers in index order (PCI bus order).
 from __future__ import annotations
 
 import contextlib
+import glob
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -24,9 +25,10 @@ class NvmlUnavailableError(Exception):
 
 
 def load_pynvml(extra_paths: Sequence[str] = ()) -> Any:
-    """Import pynvml, looking in `extra_paths` (e.g. a venv's site-packages) too."""
-    for path in extra_paths:
-        if path and path not in sys.path:
+    """Import pynvml, looking in `extra_paths` too: directories or glob patterns (e.g. a
+    venv's `lib/python3*/site-packages`); a pattern without a match is skipped."""
+    for path in (match for pattern in extra_paths for match in sorted(glob.glob(pattern))):
+        if path not in sys.path:
             sys.path.append(path)
     try:
         import pynvml  # noqa: PLC0415  (optional on nodes: imported only when asked)

@@ -77,7 +77,6 @@ node:
   type: dict
 """
 
-import glob
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.lingbot_fleet.audit.node import collect_node
@@ -98,7 +97,7 @@ def run_module() -> None:
         supports_check_mode=True,
     )
     params = module.params
-    paths = [p for pattern in params["nvml_python_path"] for p in sorted(glob.glob(pattern))]
+    paths = params["nvml_python_path"]
     smi = module.get_bin_path(params["nvidia_smi"]) or params["nvidia_smi"]
     node = collect_node(
         root=params["root"],

@@ -69,7 +69,6 @@ load:
   type: dict
 """
 
-import glob
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.lingbot_fleet.facts.load import link_under_load
@@ -91,7 +90,7 @@ def run_module() -> None:
     params = module.params
     if params["duration_s"] <= 0 or params["size_mib"] <= 0 or params["interval_s"] <= 0:
         module.fail_json(msg="duration_s, size_mib and interval_s must be greater than 0")
-    paths = [path for pattern in params["nvml_python_path"] for path in sorted(glob.glob(pattern))]
+    paths = params["nvml_python_path"]
     smi = module.get_bin_path(params["nvidia_smi"]) or params["nvidia_smi"]
     load = link_under_load(
         cuda_library=params["cuda_library"],

@@ -63,18 +63,9 @@ ansible_facts:
       type: dict
 """
 
-import glob
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.lingbot_fleet.facts import FACT_NAME, gather_facts
-
-
-def expand_paths(patterns: list[str]) -> list[str]:
-    """Each pattern's matches in sorted order; a pattern without a match is dropped."""
-    paths: list[str] = []
-    for pattern in patterns:
-        paths.extend(sorted(glob.glob(pattern)))
-    return paths
 
 
 def run_module() -> None:
@@ -92,7 +83,7 @@ def run_module() -> None:
     facts = gather_facts(
         root=params["root"],
         nvml=params["nvml"],
-        nvml_python_path=expand_paths(params["nvml_python_path"]),
+        nvml_python_path=params["nvml_python_path"],
         smi_command=[smi],
     )
     module.exit_json(changed=False, ansible_facts={FACT_NAME: facts})

@@ -130,7 +130,6 @@ ansible_facts:
   type: dict
 """
 
-import glob
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -147,10 +146,6 @@ from ansible.module_utils.lingbot_fleet.probe import (
     save_probe,
     start_link_sampler,
 )
-
-
-def expand_paths(patterns: list[str]) -> list[str]:
-    return [path for pattern in patterns for path in sorted(glob.glob(pattern))]
 
 
 def read_only_result(module: AnsibleModule) -> None:
@@ -214,7 +209,7 @@ def run_module() -> None:
     if params["read_only"]:
         read_only_result(module)
     parameters = parameters_from(module)
-    python_path = expand_paths(params["nvml_python_path"])
+    python_path = params["nvml_python_path"]
     smi = module.get_bin_path(params["nvidia_smi"]) or params["nvidia_smi"]
     facts = params["facts"] or gather_facts(
         params["root"],
