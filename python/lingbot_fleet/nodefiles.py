@@ -1,0 +1,360 @@
+"""Every change a module makes on a node goes through one ``NodeChanges``.
+
+Stdlib-only: runs on nodes (shipped as ``ansible.module_utils.lingbot_fleet.nodefiles``).
+
+A module builds the files it wants in memory, then hands each to ``NodeChanges``, which
+
+- compares it with what is on disk (content, mode, owner, group) and does nothing when
+  they agree, so a compliant node is not touched;
+- saves the current file into the run's open generation (``generations.record_before``)
+  before the first change to it, when the module was given a run id;
+- writes it through a temp file in the target directory, validated there first when a
+  validator is given, then renamed over the target (``write_atomic``);
+- in check mode does none of that but still reports what it would do, so check mode is
+  right by construction;
+- collects Ansible ``diff`` entries and a sentence per action for the module's result.
+
+Commands with side effects (update-grub, systemctl) go through ``run`` for the same reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import grp
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import generations
+
+# Text shown in diffs is cut at this size: a diff is for people, not a copy of the file.
+_DIFF_MAX_BYTES = 64 * 1024
+_C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
+
+
+class NodeFileError(Exception):
+    """A change that could not be made; what was already written is listed in the error."""
+
+
+def _uid(owner: str | int) -> int:
+    if isinstance(owner, int):
+        return owner
+    try:
+        return pwd.getpwnam(owner).pw_uid
+    except KeyError as error:
+        raise NodeFileError(f"user {owner!r} does not exist on this node") from error
+
+
+def _gid(group: str | int) -> int:
+    if isinstance(group, int):
+        return group
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError as error:
+        raise NodeFileError(f"group {group!r} does not exist on this node") from error
+
+
+def write_atomic(
+    path: str,
+    content: bytes | str,
+    *,
+    mode: int = 0o644,
+    uid: int | None = None,
+    gid: int | None = None,
+    validate: Callable[[str], None] | None = None,
+    dir_mode: int = 0o755,
+) -> None:
+    """Write ``content`` to ``path`` so that readers see the old file or the new, never half.
+
+    The temp file lives in the target directory (same filesystem, so the rename is
+    atomic), starts with '.' and ends in '.tmp' (so directory scanners such as
+    node_exporter's textfile collector skip it), is fsynced, gets its mode and owner, and is
+    passed to ``validate`` (which raises to refuse it) before it is renamed over ``path``.
+    """
+    data = content.encode("utf-8") if isinstance(content, str) else content
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, mode=dir_mode, exist_ok=True)
+    descriptor, temp_path = tempfile.mkstemp(
+        prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory
+    )
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temp_path, mode)
+        if uid is not None or gid is not None:
+            os.chown(temp_path, -1 if uid is None else uid, -1 if gid is None else gid)
+        if validate is not None:
+            validate(temp_path)
+        os.replace(temp_path, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp_path)
+        raise
+
+
+def write_json_atomic(
+    path: str, document: Any, *, mode: int = 0o644, dir_mode: int = 0o755
+) -> None:
+    """``write_atomic`` of a JSON document (sorted keys, indented, newline at the end)."""
+    import json  # noqa: PLC0415 - most callers write text
+
+    text = json.dumps(document, indent=2, sort_keys=True) + "\n"
+    write_atomic(path, text, mode=mode, dir_mode=dir_mode)
+
+
+def _diff_text(data: bytes | None) -> str:
+    if data is None:
+        return ""
+    if b"\0" in data[:8192]:
+        return "(binary content)\n"
+    text = data[:_DIFF_MAX_BYTES].decode("utf-8", errors="replace")
+    if len(data) > _DIFF_MAX_BYTES:
+        text += f"\n(cut at {_DIFF_MAX_BYTES} bytes)\n"
+    return text
+
+
+@dataclass
+class CommandResult:
+    rc: int
+    stdout: str
+    stderr: str
+
+
+@dataclass
+class NodeChanges:
+    """The changes of one module call: done outside check mode, reported in both."""
+
+    check_mode: bool
+    root: str = "/"
+    generations_dir: str | None = None
+    run_id: str | None = None
+    actions: list[str] = field(default_factory=list)
+    changed_paths: list[str] = field(default_factory=list)
+    diffs: list[dict[str, str]] = field(default_factory=list)
+    recorded: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.actions)
+
+    def real(self, path: str) -> str:
+        return generations.on_root(self.root, path)
+
+    def _record(self, path: str) -> None:
+        """Save the file's current state into the run's generation, once per run."""
+        if self.check_mode or not self.run_id or not self.generations_dir:
+            return
+        try:
+            added = generations.record_before(
+                self.generations_dir, self.run_id, [path], root=self.root
+            )
+        except generations.GenerationError as error:
+            raise NodeFileError(f"{path} was not changed: {error}") from error
+        self.recorded.extend(added)
+
+    def _done(self, path: str, sentence: str) -> None:
+        self.actions.append(sentence if not self.check_mode else f"would {sentence}")
+        if path not in self.changed_paths:
+            self.changed_paths.append(path)
+
+    # --- files -------------------------------------------------------------------
+
+    def read(self, path: str) -> bytes | None:
+        try:
+            with open(self.real(path), "rb") as handle:
+                return handle.read()
+        except FileNotFoundError:
+            return None
+
+    def write_file(
+        self,
+        path: str,
+        content: bytes | str,
+        *,
+        mode: int = 0o644,
+        owner: str | int = "root",
+        group: str | int = "root",
+        validate: Callable[[str], None] | None = None,
+        secret: bool = False,
+    ) -> bool:
+        """Make ``path`` hold ``content`` with this mode and owner; True when it changed.
+
+        ``secret`` keeps the content out of the diff. ``validate`` sees the temp file
+        (check mode included, when the target directory exists) and raises to refuse it.
+        """
+        data = content.encode("utf-8") if isinstance(content, str) else content
+        real = self.real(path)
+        current = self.read(path)
+        uid, gid = _uid(owner), _gid(group)
+        if current is not None:
+            info = os.lstat(real)
+            if not stat.S_ISREG(info.st_mode):
+                raise NodeFileError(f"{path} is not a regular file; move it away and run again")
+            same_meta = (stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid) == (mode, uid, gid)
+            if current == data and same_meta:
+                return False
+        if self.check_mode:
+            if validate is not None and os.path.isdir(os.path.dirname(real)):
+                self._validate_only(real, data, validate)
+        else:
+            self._record(path)
+            write_atomic(real, data, mode=mode, uid=uid, gid=gid, validate=validate)
+        if current == data:
+            self._done(path, f"set mode {mode:04o} and owner {owner}:{group} of {path}")
+        else:
+            self._done(path, f"{'create' if current is None else 'update'} {path}")
+            self.diffs.append(
+                {
+                    "before_header": path if current is not None else f"{path} (absent)",
+                    "after_header": path,
+                    "before": "(secret)\n" if secret and current else _diff_text(current),
+                    "after": "(secret)\n" if secret else _diff_text(data),
+                }
+            )
+        return True
+
+    @staticmethod
+    def _validate_only(real: str, data: bytes, validate: Callable[[str], None]) -> None:
+        descriptor, temp_path = tempfile.mkstemp(
+            prefix=f".{os.path.basename(real)}.", suffix=".tmp", dir=os.path.dirname(real)
+        )
+        try:
+            with os.fdopen(descriptor, "wb") as handle:
+                handle.write(data)
+            validate(temp_path)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(temp_path)
+
+    def remove_file(self, path: str) -> bool:
+        """Remove ``path`` (saved into the generation first); True when it existed."""
+        real = self.real(path)
+        current = self.read(path)
+        if current is None:
+            return False
+        if not self.check_mode:
+            self._record(path)
+            os.unlink(real)
+        self._done(path, f"remove {path}")
+        self.diffs.append(
+            {
+                "before_header": path,
+                "after_header": f"{path} (absent)",
+                "before": _diff_text(current),
+                "after": "",
+            }
+        )
+        return True
+
+    def remove_empty_dir(self, path: str) -> bool:
+        """Remove the directory when it exists and is empty (or would be after removals)."""
+        real = self.real(path)
+        if not os.path.isdir(real):
+            return False
+        remaining = [
+            name for name in os.listdir(real) if os.path.join(path, name) not in self.changed_paths
+        ]
+        if remaining:
+            return False
+        if not self.check_mode:
+            os.rmdir(real)
+        self._done(path, f"remove the directory {path}")
+        return True
+
+    def make_dir(
+        self, path: str, *, mode: int = 0o755, owner: str | int = "root", group: str | int = "root"
+    ) -> bool:
+        """Make ``path`` a directory with this mode and owner; True when it changed."""
+        real = self.real(path)
+        uid, gid = _uid(owner), _gid(group)
+        try:
+            info = os.lstat(real)
+        except FileNotFoundError:
+            info = None
+        if info is not None and not stat.S_ISDIR(info.st_mode):
+            raise NodeFileError(f"{path} exists and is not a directory; move it away")
+        if info is not None and (stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid) == (
+            mode,
+            uid,
+            gid,
+        ):
+            return False
+        if not self.check_mode:
+            os.makedirs(real, mode=mode, exist_ok=True)
+            os.chmod(real, mode)
+            os.chown(real, uid, gid)
+        verb = "create" if info is None else "set mode and owner of"
+        self._done(path, f"{verb} the directory {path}")
+        return True
+
+    def remove_tree(self, path: str, files: Sequence[str]) -> bool:
+        """Remove a directory the toolkit made; its ``files`` are saved first, one by one.
+
+        Refuses when the directory holds anything but ``files`` (then it is not only ours).
+        """
+        real = self.real(path)
+        if not os.path.isdir(real):
+            return False
+        ours = {os.path.relpath(f, path) for f in files}
+        for dirpath, _dirs, names in os.walk(real):
+            for name in names:
+                relative = os.path.relpath(os.path.join(dirpath, name), real)
+                if relative not in ours:
+                    raise NodeFileError(
+                        f"{path} holds {relative}, which lingbot-fleet did not write; "
+                        "it was left in place. Move that file away to let the directory go"
+                    )
+        for file_path in files:
+            self.remove_file(file_path)
+        if not self.check_mode:
+            shutil.rmtree(real)
+        self._done(path, f"remove the directory {path}")
+        return True
+
+    # --- commands ----------------------------------------------------------------
+
+    def run(self, argv: Sequence[str], sentence: str, *, check: bool = True) -> CommandResult:
+        """Run a command that changes the node; in check mode only say it would run."""
+        self.actions.append(sentence if not self.check_mode else f"would {sentence}")
+        if self.check_mode:
+            return CommandResult(0, "", "")
+        return run_command(argv, check=check)
+
+    def result(self) -> dict[str, Any]:
+        """The keys every writing module returns."""
+        out: dict[str, Any] = {
+            "changed": self.changed,
+            "actions": list(self.actions),
+            "changed_paths": list(self.changed_paths),
+            "diff": list(self.diffs),
+        }
+        if self.recorded:
+            # Tells the play's last task (generations) that this run has something to commit.
+            out["ansible_facts"] = {"lingbot_generation_pending": self.run_id}
+        return out
+
+
+def run_command(argv: Sequence[str], *, check: bool = True) -> CommandResult:
+    """Run argv in the C locale; with ``check``, NodeFileError naming it when it fails."""
+    environment = dict(os.environ, **_C_LOCALE)
+    try:
+        done = subprocess.run(
+            list(argv), capture_output=True, text=True, check=False, env=environment
+        )
+    except FileNotFoundError as error:
+        raise NodeFileError(f"{argv[0]} is not installed on this node ({error})") from error
+    result = CommandResult(done.returncode, done.stdout, done.stderr)
+    if check and done.returncode != 0:
+        raise NodeFileError(
+            f"{' '.join(argv)} failed with exit status {done.returncode}: "
+            f"{(done.stderr or done.stdout).strip()[-2000:]}"
+        )
+    return result
