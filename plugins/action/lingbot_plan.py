@@ -56,7 +56,9 @@ class ActionModule(ActionBase):
         value = facts.get(name)
         return None if value is None else plain(self._templar.template(value))
 
-    def _inputs(self, task_vars: Mapping[str, Any]) -> tuple[Any, Any, dict[str, Any], Any]:
+    def _inputs(
+        self, task_vars: Mapping[str, Any]
+    ) -> tuple[Any, Any, dict[str, Any], Any, list[Any]]:
         args = self._task.args
         facts = plain(args["facts"]) if args.get("facts") else self._facts(task_vars, "lingbot_gpu")
         probe = (
@@ -77,14 +79,21 @@ class ActionModule(ActionBase):
             overrides = self._variable(task_vars, OVERRIDES_VARIABLE)
         else:
             overrides = {}
-        return facts, probe, policy, overrides
+        # The link findings of gpu_checks (its action sets them as a fact), as the audit
+        # passes its own: the plan is computed one way at deploy time and in the audit.
+        findings = (
+            plain(args["findings"])
+            if "findings" in args
+            else self._facts(task_vars, "lingbot_link_findings") or []
+        )
+        return facts, probe, policy, overrides, findings
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
         result["changed"] = False
         try:
-            facts, probe, policy, overrides = self._inputs(task_vars)
+            facts, probe, policy, overrides, findings = self._inputs(task_vars)
         except ValueError as error:
             result["failed"] = True
             result["msg"] = f"cannot plan LingBot for this host: {error}"
@@ -101,7 +110,7 @@ class ActionModule(ActionBase):
             result["msg"] = f"{OVERRIDES_VARIABLE} must be a mapping of config.yaml keys"
             return result
         try:
-            plan = build_plan(facts, probe, policy)
+            plan = build_plan(facts, probe, policy, findings)
         except PlanInputError as error:
             result["failed"] = True
             result["msg"] = f"cannot plan LingBot for this host: {error}"

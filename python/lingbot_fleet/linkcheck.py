@@ -22,7 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .findings import Finding
+from .facts.schema import schema_problems
+from .findings import Finding, at_or_above, count_by_severity
 
 # Vendor and device ids of bridges inside desktop chipsets (AMD Promontory and X570,
 # Intel 600/700-series PCH root ports); policy can add more ("vvvv:dddd").
@@ -473,3 +474,42 @@ def load_from_probe(probe: Mapping[str, Any] | None) -> dict[str, Any] | None:
             }
         )
     return {"possible": bool(gpus), "gpus": gpus}
+
+
+FAIL_ON_CHOICES = ("info", "warning", "error", "critical", "never")
+
+
+def judge_links(
+    facts: Mapping[str, Any],
+    policy_vars: Mapping[str, Any],
+    *,
+    load: Mapping[str, Any] | None = None,
+    probe: Mapping[str, Any] | None = None,
+    fail_on: str = "error",
+) -> tuple[dict[str, Any], str | None]:
+    """The gpu_checks result for one node, and the failure message when it must fail.
+
+    One function for the role's module (on the node) and its action plugin (on the
+    controller): the facts document, the policy (``expected_links``,
+    ``expected_link_default``, ``chipset_bridge_ids``, ``numa_node_count``), a load sample or
+    the probe's under-load reading, and the severity at which the node fails.
+    """
+    if fail_on not in FAIL_ON_CHOICES:
+        raise ValueError(f"fail_on is {fail_on!r}; use one of {', '.join(FAIL_ON_CHOICES)}")
+    problems = schema_problems(facts)
+    if problems:
+        raise ValueError(f"facts are not a lingbot_gpu document: {'; '.join(problems)}")
+    findings = check_links(facts, LinkPolicy.from_vars(policy_vars), load or load_from_probe(probe))
+    result = {
+        "changed": False,
+        "findings": [finding.to_dict() for finding in findings],
+        "counts": count_by_severity(findings),
+        "summary": [f"{f.severity} {f.code} {f.subject}: {f.message}" for f in findings],
+    }
+    if fail_on == "never":
+        return result, None
+    failing = at_or_above(findings, fail_on)
+    if not failing:
+        return result, None
+    summary = "; ".join(f"{f.code} {f.subject}: {f.message}" for f in failing)
+    return result, f"{len(failing)} finding(s) at or above {fail_on}: {summary}"

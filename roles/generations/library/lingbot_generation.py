@@ -321,7 +321,11 @@ def do_record(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
     if check_mode:
         return {"changed": False, "recorded": paths}
     recorded = record_before(params["generations_dir"], params["run_id"], paths, params["root"])
-    return {"changed": False, "recorded": recorded}
+    result: dict[str, Any] = {"changed": False, "recorded": recorded}
+    if recorded:
+        # The play's last task commits only when some module recorded into this run.
+        result["ansible_facts"] = {"lingbot_generation_pending": params["run_id"]}
+    return result
 
 
 def do_commit(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:

@@ -13,6 +13,8 @@ description:
     against what GPU and slot can negotiate; a GPU idling at a low generation is never a
     finding.
   - Fails when a finding is at or above I(fail_on); changes nothing.
+  - The role runs it on the controller (action plugin of the same name), since it only
+    judges documents already gathered; no connection to the node is made.
 options:
   facts:
     description: The lingbot_gpu facts document.
@@ -66,6 +68,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+ansible_facts:
+  description: C(lingbot_link_findings), the findings, for the planner (lingbot_plan).
+  returned: always
+  type: dict
 findings:
   description: Findings, each with code, severity, subject, message, evidence and fix.
   returned: always
@@ -83,50 +89,35 @@ summary:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.lingbot_fleet.facts import schema_problems
-from ansible.module_utils.lingbot_fleet.findings import at_or_above, count_by_severity
-from ansible.module_utils.lingbot_fleet.linkcheck import LinkPolicy, check_links, load_from_probe
+from ansible.module_utils.lingbot_fleet.linkcheck import FAIL_ON_CHOICES, judge_links
+
+ARGUMENT_SPEC = {
+    "facts": {"type": "dict", "required": True},
+    "load": {"type": "dict"},
+    "probe": {"type": "dict"},
+    "expected_links": {"type": "dict", "default": {}},
+    "expected_link_default": {"type": "dict", "default": {}},
+    "chipset_bridge_ids": {"type": "list", "elements": "str", "default": []},
+    "numa_node_count": {"type": "int", "default": 0},
+    "fail_on": {"type": "str", "choices": list(FAIL_ON_CHOICES), "default": "error"},
+}
 
 
 def run_module() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "facts": {"type": "dict", "required": True},
-            "load": {"type": "dict"},
-            "probe": {"type": "dict"},
-            "expected_links": {"type": "dict", "default": {}},
-            "expected_link_default": {"type": "dict", "default": {}},
-            "chipset_bridge_ids": {"type": "list", "elements": "str", "default": []},
-            "numa_node_count": {"type": "int", "default": 0},
-            "fail_on": {
-                "type": "str",
-                "choices": ["info", "warning", "error", "critical", "never"],
-                "default": "error",
-            },
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
-    problems = schema_problems(params["facts"])
-    if problems:
-        module.fail_json(msg=f"facts are not a lingbot_gpu document: {'; '.join(problems)}")
-    policy = LinkPolicy.from_vars(params)
-    load = params["load"] or load_from_probe(params["probe"])
-    findings = check_links(params["facts"], policy, load)
-    result = {
-        "changed": False,
-        "findings": [finding.to_dict() for finding in findings],
-        "counts": count_by_severity(findings),
-        "summary": [f"{f.severity} {f.code} {f.subject}: {f.message}" for f in findings],
-    }
-    if params["fail_on"] != "never":
-        failing = at_or_above(findings, params["fail_on"])
-        if failing:
-            summary = "; ".join(f"{f.code} {f.subject}: {f.message}" for f in failing)
-            module.fail_json(
-                msg=f"{len(failing)} finding(s) at or above {params['fail_on']}: {summary}",
-                **result,
-            )
+    try:
+        result, failure = judge_links(
+            params["facts"],
+            params,
+            load=params["load"],
+            probe=params["probe"],
+            fail_on=params["fail_on"],
+        )
+    except ValueError as error:
+        module.fail_json(msg=str(error))
+    if failure:
+        module.fail_json(msg=failure, **result)
     module.exit_json(**result)
 
 

@@ -1,0 +1,234 @@
+"""Fleet speed: every entry point against the SSH floor, measured side by side in one run.
+
+Needs a booted lab whose nodes are converged with site.yml (`make bench` does both). Each
+lab node is repeated under several inventory names (same address and port) to reach 50 or
+200 inventory hosts. For each comparison the floor (`ansible -m ping` on the same hosts with
+the same forks) and the command run in turn, A B A B ..., and the ratio is the median of
+the pair-by-pair ratios, so a drift of the machine's speed cancels out.
+
+Targets (printed beside each ratio): no-op site.yml at most 6x the floor on one converged
+node and on 50 hosts; the audit at most 1.3x at 50 and at 200 hosts. rollback.yml with
+nothing to restore and rollout.yml over the converged fleet are printed without a target.
+Last, the no-op run's per-task profile (from ansible-runner's events): where the time goes.
+
+Run from the repository root:  .venv/bin/python bench/fleet_speed.py [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lingbot_fleet.playbook_run import run_playbook, task_profile
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+LAB_INVENTORY = REPO / "inventory" / "lab" / "hosts.yml"
+GROUP = "gpu-nodes"
+GENERATIONS_DIR = "/var/lib/lingbot-fleet/generations"
+
+
+def lab_nodes(source: Path) -> list[tuple[str, dict[str, Any]]]:
+    document = yaml.safe_load(source.read_text())
+    group = document["all"]["children"][GROUP]
+    nodes = list((group.get("hosts") or {}).items())
+    if not nodes:
+        raise SystemExit(f"{source} lists no host under {GROUP}; run `lingbot-fleet lab up`")
+    return nodes
+
+
+def inventory_of(
+    source: Path, count: int, target_dir: Path, host_vars: dict[str, dict[str, Any]] | None = None
+) -> Path:
+    """`count` inventory hosts cycling over the lab's nodes, with the lab's group_vars."""
+    document = yaml.safe_load(source.read_text())
+    group = document["all"]["children"][GROUP]
+    nodes = lab_nodes(source)
+    hosts = {}
+    for position in range(count):
+        name, variables = nodes[position % len(nodes)]
+        alias = name if count <= len(nodes) else f"{name}-r{position:03d}"
+        hosts[alias] = {**(variables or {}), **(host_vars or {}).get(name, {})}
+    target_dir.mkdir(parents=True, exist_ok=True)
+    if (source.parent / "group_vars").is_dir():
+        shutil.copytree(source.parent / "group_vars", target_dir / "group_vars")
+    inventory = target_dir / "hosts.yml"
+    inventory.write_text(
+        yaml.safe_dump(
+            {"all": {"children": {GROUP: {"hosts": hosts, "vars": group.get("vars") or {}}}}}
+        )
+    )
+    return inventory
+
+
+def timed(argv: Sequence[str]) -> float:
+    started = time.monotonic()
+    done = subprocess.run(list(argv), cwd=REPO, capture_output=True, text=True, check=False)
+    elapsed = time.monotonic() - started
+    if done.returncode != 0:
+        tail = (done.stdout + done.stderr)[-3000:]
+        raise SystemExit(f"{' '.join(argv)} failed with exit status {done.returncode}:\n{tail}")
+    return elapsed
+
+
+def side_by_side(
+    label: str, floor: Sequence[str], command: Sequence[str], repeats: int, target: float | None
+) -> dict[str, Any]:
+    """Floor and command in turn; the median of the pair-by-pair ratios."""
+    timed(floor)  # warm-up: SSH control masters, page cache
+    pairs = [(timed(floor), timed(command)) for _ in range(repeats)]
+    ratios = [run / base for base, run in pairs]
+    row = {
+        "label": label,
+        "floor_s": statistics.median(base for base, _ in pairs),
+        "run_s": statistics.median(run for _, run in pairs),
+        "ratio": statistics.median(ratios),
+        "ratio_range": (min(ratios), max(ratios)),
+        "target": target,
+    }
+    verdict = ""
+    if target is not None:
+        verdict = f"target <= {target:.1f}: {'met' if row['ratio'] <= target else 'NOT met'}"
+    print(
+        f"{label:<44} floor {row['floor_s']:6.2f} s  run {row['run_s']:6.2f} s  "
+        f"ratio {row['ratio']:5.2f} ({row['ratio_range'][0]:.2f}-{row['ratio_range'][1]:.2f})"
+        f"  {verdict}",
+        flush=True,
+    )
+    return row
+
+
+def newest_generations(inventory: Path, workdir: Path) -> dict[str, dict[str, Any]]:
+    """Each lab node's newest generation number, so rollback_to it restores nothing."""
+    playbook = workdir / "newest.yml"
+    playbook.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "Find the generations",
+                    "hosts": GROUP,
+                    "gather_facts": False,
+                    "tasks": [
+                        {
+                            "name": "List the generations",
+                            "ansible.builtin.find": {
+                                "paths": GENERATIONS_DIR,
+                                "file_type": "directory",
+                                "patterns": ["[0-9]*"],
+                            },
+                        }
+                    ],
+                }
+            ]
+        )
+    )
+    run = run_playbook(playbook, inventory=inventory)
+    newest: dict[str, dict[str, Any]] = {}
+    for task in run.tasks:
+        numbers = [int(Path(found["path"]).name) for found in task.result.get("files", [])]
+        newest[task.host] = {"rollback_to": max(numbers, default=0)}
+    return newest
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--inventory", type=Path, default=LAB_INVENTORY)
+    parser.add_argument("--repeats", type=int, default=3, help="pairs per comparison")
+    parser.add_argument("--forks", type=int, default=50)
+    parser.add_argument("--sizes", default="50,200", help="inventory sizes for the audit")
+    args = parser.parse_args()
+    ansible, playbook, cli = (
+        str(BIN / "ansible"),
+        str(BIN / "ansible-playbook"),
+        str(BIN / "lingbot-fleet"),
+    )
+    forks = str(args.forks)
+    first_node = lab_nodes(args.inventory)[0][0]
+    sizes = [int(size) for size in args.sizes.split(",")]
+    with tempfile.TemporaryDirectory(prefix="lingbot-bench-") as temp:
+        base = Path(temp)
+
+        def ping(inventory: Path, limit: str = GROUP) -> list[str]:
+            return [ansible, limit, "-i", str(inventory), "-m", "ping", "-f", forks]
+
+        lab = args.inventory
+        print(f"lab nodes: {len(lab_nodes(lab))}, forks {forks}, {args.repeats} pairs each")
+        side_by_side(
+            f"no-op site.yml, 1 node ({first_node})",
+            ping(lab, first_node),
+            [playbook, "-i", str(lab), "site.yml", "-l", first_node, "-f", forks],
+            args.repeats,
+            6.0,
+        )
+        fifty = inventory_of(lab, 50, base / "i50")
+        side_by_side(
+            "no-op site.yml, 50 hosts",
+            ping(fifty),
+            [playbook, "-i", str(fifty), "site.yml", "-f", forks],
+            args.repeats,
+            6.0,
+        )
+        for size in sizes:
+            inventory = fifty if size == 50 else inventory_of(lab, size, base / f"i{size}")
+            side_by_side(
+                f"audit, {size} hosts",
+                ping(inventory),
+                [
+                    cli,
+                    "audit",
+                    "-i",
+                    str(inventory),
+                    "--forks",
+                    forks,
+                    "--report-dir",
+                    str(base / f"r{size}"),
+                ],
+                args.repeats,
+                1.3,
+            )
+        nothing = inventory_of(lab, len(lab_nodes(lab)), base / "rb", newest_generations(lab, base))
+        side_by_side(
+            "rollback.yml, nothing to restore, lab nodes",
+            ping(nothing),
+            [
+                playbook,
+                "-i",
+                str(nothing),
+                "playbooks/rollback.yml",
+                "-e",
+                "rollback_confirm=true",
+                "-f",
+                forks,
+            ],
+            args.repeats,
+            None,
+        )
+        side_by_side(
+            "rollout.yml, converged lab nodes",
+            ping(lab),
+            [playbook, "-i", str(lab), "playbooks/rollout.yml", "-f", forks],
+            max(1, args.repeats - 1),
+            None,
+        )
+        run = run_playbook(REPO / "site.yml", inventory=lab, limit=first_node)
+        recap = run.host_recap(first_node)
+        print(
+            f"\nper-task profile of the no-op site.yml on {first_node} "
+            f"(rc {run.rc}, changed {recap['changed']}, tasks {len(run.results(first_node))}):"
+        )
+        for name, seconds, hosts in task_profile(run)[:25]:
+            print(f"  {seconds:6.2f} s  {name}" + (f"  ({hosts} hosts)" if hosts > 1 else ""))
+
+
+if __name__ == "__main__":
+    main()

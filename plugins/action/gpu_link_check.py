@@ -1,0 +1,56 @@
+"""Action plugin: judge a host's PCIe links and NUMA placement on the controller.
+
+The facts (``ansible_facts.lingbot_gpu``), the probe (``ansible_facts.lingbot_probe``) and
+any load sample are already on the controller, so the judgement needs no connection to
+the node: it runs ``lingbot_fleet.linkcheck.judge_links``, the function the module of the
+same name runs on a node. The findings are also set as the fact ``lingbot_link_findings``
+so the planner (lingbot_plan) decides with them, as the audit does.
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.plugins.action import ActionBase
+
+from lingbot_fleet.linkcheck import FAIL_ON_CHOICES, judge_links
+from lingbot_fleet.rollout import plain_data as plain
+
+ARGUMENT_SPEC = {
+    "facts": {"type": "dict", "required": True},
+    "load": {"type": "dict"},
+    "probe": {"type": "dict"},
+    "expected_links": {"type": "dict", "default": {}},
+    "expected_link_default": {"type": "dict", "default": {}},
+    "chipset_bridge_ids": {"type": "list", "elements": "str", "default": []},
+    "numa_node_count": {"type": "int", "default": 0},
+    "fail_on": {"type": "str", "choices": list(FAIL_ON_CHOICES), "default": "error"},
+}
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        validated = ArgumentSpecValidator(ARGUMENT_SPEC).validate(plain(self._task.args))
+        if validated.error_messages:
+            raise AnsibleActionFail("; ".join(validated.error_messages))
+        params = validated.validated_parameters
+        try:
+            judged, failure = judge_links(
+                params["facts"],
+                params,
+                load=params["load"],
+                probe=params["probe"],
+                fail_on=params["fail_on"],
+            )
+        except ValueError as error:
+            raise AnsibleActionFail(str(error)) from error
+        result.update(judged)
+        result["ansible_facts"] = {"lingbot_link_findings": judged["findings"]}
+        if failure:
+            result["failed"] = True
+            result["msg"] = failure
+        return result
