@@ -288,3 +288,38 @@ def cpu_vendor_from_cpuinfo(cpuinfo: str) -> str:
         "no vendor_id line in /proc/cpuinfo; turn the IOMMU vendor switch off and set "
         "intel_iommu=on or amd_iommu=on in the present list instead."
     )
+
+
+# --- comparing two command lines ---------------------------------------------------------
+
+BOOT_IMAGE_PREFIX = "BOOT_IMAGE="
+
+
+def effective_words(words: Iterable[str]) -> tuple[str, ...]:
+    """The words of a command line in a form that compares equal when the kernel gets
+    the same from two command lines.
+
+    ``BOOT_IMAGE=`` is left out (grub adds it from the image path, which it may spell with
+    a device). The kernel hands each parameter its occurrences in order, so only the order
+    of one name's occurrences counts (the last value wins, ``console=`` order matters):
+    parameters are sorted by name, keeping that order, and a word repeated keeps its last
+    place. Words after ``--`` belong to init and keep theirs.
+    """
+    kernel: list[str] = []
+    init: list[str] = []
+    target = kernel
+    for word in words:
+        if word == "--" and target is kernel:
+            target = init
+            continue
+        target.append(word)
+    kernel = [word for word in kernel if not word.startswith(BOOT_IMAGE_PREFIX)]
+    last = {word: index for index, word in enumerate(kernel)}
+    kept = [word for index, word in enumerate(kernel) if last[word] == index]
+    kept.sort(key=lambda word: parse_word(word).key)
+    return tuple(kept + (["--", *init] if init else []))
+
+
+def same_effect(first: Iterable[str], second: Iterable[str]) -> bool:
+    """Whether two command lines (as words) give the kernel the same parameters."""
+    return effective_words(first) == effective_words(second)

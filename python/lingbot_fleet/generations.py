@@ -809,33 +809,22 @@ def apply_rollback(
 # --- the boot configuration after a restore ----------------------------------------
 
 
-def _words_without_boot_image(text: str) -> list[str]:
-    return [word for word in text.split() if not word.startswith("BOOT_IMAGE=")]
-
-
-def grub_cfg_default_args(text: str) -> list[str] | None:
-    """The arguments of the first ``linux`` line of a grub.cfg (the default entry)."""
-    for line in text.splitlines():
-        words = line.split()
-        if len(words) >= 2 and words[0] in ("linux", "linuxefi", "linux16"):
-            return words[2:]
-    return None
-
-
 def boot_state(root: str = "/") -> dict[str, Any]:
-    """Running kernel command line against the one grub.cfg boots next, when readable."""
+    """Running kernel command line against the one the next boot gets, when readable.
+
+    The next boot is ``grub.next_boot``: the default BLS entry or grub.cfg's default
+    entry, with grub's variables expanded (the one definition the module, rollback and
+    audit share).
+    """
+    from .grub import next_boot, reboot_pending  # noqa: PLC0415 - only rollback needs it
+
     running = (_read_optional_text(on_root(root, "/proc/cmdline")) or "").strip()
-    for grub_cfg in ("/boot/grub/grub.cfg", "/boot/grub2/grub.cfg"):
-        text = _read_optional_text(on_root(root, grub_cfg))
-        if text is None:
-            continue
-        configured = grub_cfg_default_args(text)
-        if configured is None:
-            continue
-        return {
-            "running": running,
-            "configured": " ".join(configured),
-            "configured_from": grub_cfg,
-            "reboot_required": _words_without_boot_image(running) != configured,
-        }
-    return {"running": running, "configured": None, "configured_from": None}
+    boot = next_boot(root, running)
+    if boot.args is None:
+        return {"running": running, "configured": None, "configured_from": boot.source}
+    return {
+        "running": running,
+        "configured": " ".join(boot.args),
+        "configured_from": boot.source,
+        "reboot_required": reboot_pending(running, boot),
+    }

@@ -21,8 +21,9 @@ and leaves every other byte as it was.
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from .cmdline import (
@@ -30,8 +31,12 @@ from .cmdline import (
     CmdlinePolicy,
     KernelParam,
     check_policy,
+    effective_words,
+    parse_cmdline,
     parse_word,
     render_cmdline,
+    satisfies,
+    split_words,
     strip_unwanted,
 )
 
@@ -801,35 +806,43 @@ def plan_grub_d(
     policy: CmdlinePolicy,
     extra_present: Sequence[KernelParam] = (),
 ) -> GrubPlan:
-    """Debian family: the toolkit's drop-in holds the present parameters; unwanted ones
-    are removed wherever they are set.
+    """Debian family: unwanted parameters are removed wherever they are set, and the
+    toolkit's drop-in holds the present parameters that the other files do not already
+    set (none: no drop-in).
 
     ``files`` are in sourcing order (/etc/default/grub, then grub.d/*.cfg sorted) and may
     or may not include ``dropin_path``.
     """
-    present = list(policy.present) + list(extra_present)
-    ordered = [f for f in files if f.path != dropin_path]
+    present = tuple(policy.present) + tuple(extra_present)
+    full_policy = CmdlinePolicy(present=present, absent=policy.absent)
+    others = [f for f in files if f.path != dropin_path]
     old_dropin = next((f for f in files if f.path == dropin_path), None)
-    dropin_text: str | None = render_dropin(present) if present else None
-    if dropin_text is not None:
-        ordered.append(parse_grub_file(dropin_path, dropin_text))
-        ordered.sort(key=lambda f: _sourcing_key(f.path))
-    full_policy = CmdlinePolicy(present=tuple(present), absent=policy.absent)
-    edited = plan_removals(ordered, full_policy)
-    new_files = [
-        parse_grub_file(f.path, edited[i]) if i in edited else f for i, f in enumerate(ordered)
+    edited = plan_removals(others, full_policy)
+    new_others = [
+        parse_grub_file(f.path, edited[i]) if i in edited else f for i, f in enumerate(others)
     ]
+    have = configured_params(new_others)
+    missing = [wanted for wanted in present if not satisfies(have, wanted)]
+    new_files = list(new_others)
+    dropin_text = render_dropin(missing) if missing else None
+    if dropin_text is not None:
+        new_files.append(parse_grub_file(dropin_path, dropin_text))
+        new_files.sort(key=lambda f: _sourcing_key(f.path))
     configured = check_configured(new_files, full_policy)
-    new_texts: dict[str, str | None] = {}
-    for before, after in zip(ordered, new_files, strict=True):
-        if before.path == dropin_path:
-            if old_dropin is None or old_dropin.text != after.text:
-                new_texts[dropin_path] = after.text
-        elif before.text != after.text:
-            new_texts[before.path] = after.text
-    if dropin_text is None and old_dropin is not None:
+    new_texts: dict[str, str | None] = {
+        before.path: after.text
+        for before, after in zip(others, new_others, strict=True)
+        if before.text != after.text
+    }
+    if dropin_text is not None and (old_dropin is None or old_dropin.text != dropin_text):
+        new_texts[dropin_path] = dropin_text
+    elif dropin_text is None and old_dropin is not None:
         new_texts[dropin_path] = None
-    return GrubPlan(new_texts=new_texts, configured=tuple(configured))
+    ordered = {path: i for i, path in enumerate(sourcing_order([*new_texts]))}
+    return GrubPlan(
+        new_texts=dict(sorted(new_texts.items(), key=lambda item: ordered[item[0]])),
+        configured=tuple(configured),
+    )
 
 
 def plan_default_grub(
@@ -858,3 +871,464 @@ def _sourcing_key(path: str) -> tuple[int, str]:
 def sourcing_order(paths: Iterable[str]) -> list[str]:
     """/etc/default/grub first, then the drop-ins sorted by path."""
     return sorted(paths, key=_sourcing_key)
+
+
+# --- the next boot: grub.cfg, BLS entries, grubenv ---------------------------------
+#
+# What the kernel gets at the next boot, read the way grub reads it: the default entry
+# (``set default`` with ``saved_entry`` / ``next_entry`` from grubenv, an index, an id,
+# a title or a ``>`` path into a submenu; a default that names nothing falls back to the
+# first entry), its ``linux`` line (or the BLS entry's ``options``) with grub's
+# variables expanded:
+#
+# * a variable grubenv defines (``load_env`` runs before any entry) takes that value:
+#   RHEL's ``$kernelopts`` and ``$tuned_params``;
+# * else a variable grub.cfg sets to one value takes it (RHEL 8's fallback kernelopts);
+# * else a variable grub.cfg sets to several values is decided by grub's script at boot
+#   (Ubuntu's ``$vt_handoff``: ``vt.handoff=7`` or nothing, by video mode). The toolkit
+#   does not manage it: it is taken as the running boot took it (the candidate whose words
+#   are in /proc/cmdline, else the empty one, else the first), and its words are listed
+#   in ``NextBoot.boot_time``, so they never make a reboot pending nor a grub.cfg stale;
+# * a variable nobody defines expands to nothing, as in grub.
+
+GRUB_CFG_PATHS = ("/boot/grub/grub.cfg", "/boot/grub2/grub.cfg")
+BLS_ENTRIES_DIR = "/boot/loader/entries"
+BLS_GRUBENV_PATHS = ("/boot/grub2/grubenv", "/boot/grub/grubenv")
+_LINUX_COMMANDS = frozenset({"linux", "linuxefi", "linux16"})
+_GRUB_REFERENCE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+_MAX_EXPANSION_DEPTH = 8
+
+
+@dataclass(frozen=True)
+class NextBoot:
+    """The default boot entry and what its kernel gets.
+
+    ``args`` are the kernel's words after expansion, without the image (grub passes it
+    as ``BOOT_IMAGE=``); None when no default entry could be found. ``boot_time`` are the
+    words among them that grub's script decides at boot.
+    """
+
+    source: str | None = None
+    entry: str | None = None
+    kernel: str | None = None
+    args: tuple[str, ...] | None = None
+    boot_time: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MenuEntry:
+    title: str
+    entry_id: str | None = None
+    linux: tuple[str, ...] | None = None  # raw words after 'linux': the image, then args
+    children: tuple[MenuEntry, ...] = ()
+    is_submenu: bool = False
+
+
+@dataclass(frozen=True)
+class GrubCfg:
+    entries: tuple[MenuEntry, ...]
+    defaults: tuple[str, ...]  # raw values of 'set default=' outside entries, in order
+    variables: dict[str, tuple[str, ...]]  # raw values every 'set NAME=' gives NAME
+
+
+@dataclass
+class _OpenBlock:
+    kind: str
+    title: str = ""
+    entry_id: str | None = None
+    linux: tuple[str, ...] | None = None
+    children: list[MenuEntry] = field(default_factory=list)
+
+
+def _grub_statements(line: str) -> list[list[str]]:
+    """A grub script line as statements of raw words (quotes kept, ';' splits)."""
+    statements: list[list[str]] = []
+    words: list[str] = []
+    current: list[str] = []
+    in_word = False
+    quote: str | None = None
+    i = 0
+    while i < len(line):
+        char = line[i]
+        if quote is not None:
+            current.append(char)
+            if char == quote:
+                quote = None
+            elif char == "\\" and quote == '"' and i + 1 < len(line):
+                current.append(line[i + 1])
+                i += 1
+        elif char in "'\"":
+            quote = char
+            current.append(char)
+            in_word = True
+        elif char == "\\" and i + 1 < len(line):
+            current += [char, line[i + 1]]
+            in_word = True
+            i += 1
+        elif char.isspace() or char == ";":
+            if in_word:
+                words.append("".join(current))
+                current, in_word = [], False
+            if char == ";" and words:
+                statements.append(words)
+                words = []
+        elif char == "#" and not in_word:
+            break
+        else:
+            current.append(char)
+            in_word = True
+        i += 1
+    if in_word:
+        words.append("".join(current))
+    if words:
+        statements.append(words)
+    return statements
+
+
+def _expand_grub_word(raw: str, lookup: Callable[[str], str]) -> tuple[str, set[str]]:
+    """A raw grub word with ``$NAME`` / ``${NAME}`` expanded and quotes removed; returns
+    the text and the names it refers to.
+
+    Double quotes that open inside a value (``dyndbg="file x.c +p"``) stay, as the kernel
+    needs them to keep the value one word; quotes around a whole word go.
+    """
+    out: list[str] = []
+    names: set[str] = set()
+    quote: str | None = None
+    keep_closing = False
+    i = 0
+    while i < len(raw):
+        char = raw[i]
+        if quote == "'":
+            if char == "'":
+                quote = None
+            else:
+                out.append(char)
+        elif char == "'" and quote is None:
+            quote = "'"
+        elif char == '"':
+            if quote is None:
+                quote = '"'
+                keep_closing = "=" in "".join(out)
+                if keep_closing:
+                    out.append(char)
+            else:
+                quote = None
+                if keep_closing:
+                    out.append(char)
+        elif char == "\\" and i + 1 < len(raw):
+            out.append(raw[i + 1])
+            i += 1
+        elif char == "$":
+            match = _GRUB_REFERENCE.match(raw, i)
+            if match is None:
+                out.append(char)
+            else:
+                name = match.group(1) or match.group(2)
+                names.add(name)
+                out.append(lookup(name))
+                i = match.end()
+                continue
+        else:
+            out.append(char)
+        i += 1
+    return "".join(out), names
+
+
+def _unquote(raw: str) -> str:
+    text, _ = _expand_grub_word(raw.replace("$", "\\$"), lambda name: "")
+    return text.replace('"', "")
+
+
+def _title_and_id(words: Sequence[str]) -> tuple[str, str | None]:
+    title = _unquote(words[0]) if words and words[0] != "{" else ""
+    entry_id = None
+    for index, word in enumerate(words[:-1]):
+        if word in ("--id", "$menuentry_id_option", "${menuentry_id_option}"):
+            entry_id = _unquote(words[index + 1])
+    return title, entry_id
+
+
+def parse_grub_cfg(text: str) -> GrubCfg:
+    """The menu of a grub.cfg (entries, submenus, their linux lines), its ``set default``
+    values and every value each variable is set to."""
+    top: list[MenuEntry] = []
+    stack: list[_OpenBlock] = []
+    defaults: list[str] = []
+    variables: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        for words in _grub_statements(line):
+            head = words[0]
+            if head in ("menuentry", "submenu"):
+                title, entry_id = _title_and_id(words[1:])
+                stack.append(_OpenBlock(head, title, entry_id))
+            elif head == "function":
+                stack.append(_OpenBlock("function"))
+            elif head == "}":
+                if not stack:
+                    continue
+                block = stack.pop()
+                if block.kind not in ("menuentry", "submenu"):
+                    continue
+                entry = MenuEntry(
+                    block.title,
+                    block.entry_id,
+                    block.linux,
+                    tuple(block.children),
+                    block.kind == "submenu",
+                )
+                parent = next((b for b in reversed(stack) if b.kind == "submenu"), None)
+                (parent.children if parent is not None else top).append(entry)
+            elif head in _LINUX_COMMANDS and len(words) > 1:
+                if stack and stack[-1].kind == "menuentry" and stack[-1].linux is None:
+                    stack[-1].linux = tuple(words[1:])
+            else:
+                assignment = words[1] if head == "set" and len(words) > 1 else head
+                name, sep, value = assignment.partition("=")
+                if not sep or not _NAME.fullmatch(name):
+                    continue
+                variables.setdefault(name, []).append(value)
+                outside = all(b.kind not in ("menuentry", "function") for b in stack)
+                if name == "default" and outside:
+                    defaults.append(value)
+    return GrubCfg(
+        tuple(top), tuple(defaults), {name: tuple(values) for name, values in variables.items()}
+    )
+
+
+def read_grubenv(text: str) -> dict[str, str]:
+    """The variables of a grub environment block (``grub-editenv`` format)."""
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "=" in line:
+            key, _, value = line.partition("=")
+            values[key] = value
+    return values
+
+
+class _Variables:
+    """grub's variables for one boot: grubenv, then grub.cfg's ``set`` values."""
+
+    def __init__(
+        self, env: dict[str, str], cfg: GrubCfg | None, running_words: frozenset[str]
+    ) -> None:
+        self.env = env
+        self.candidates = cfg.variables if cfg is not None else {}
+        self.running_words = running_words
+        self.boot_time: set[str] = set()
+
+    def value(self, name: str, depth: int = 0) -> str:
+        if name in self.env:
+            return self.env[name]
+        if depth > _MAX_EXPANSION_DEPTH:
+            return ""
+        raw_values = self.candidates.get(name, ())
+        values = list(dict.fromkeys(self._expand(raw, depth + 1) for raw in raw_values))
+        if not values:
+            return ""
+        if len(values) == 1:
+            return values[0]
+        self.boot_time.add(name)
+        matching = [v for v in values if v.split() and set(split_words(v)) <= self.running_words]
+        if matching:
+            return matching[0]
+        return "" if "" in values else values[0]
+
+    def _expand(self, raw: str, depth: int) -> str:
+        text, _ = _expand_grub_word(raw, lambda name: self.value(name, depth))
+        return text.replace('"', "")
+
+    def expand_args(self, raw_words: Sequence[str]) -> tuple[list[str], list[str]]:
+        """The kernel's words from raw grub words, and those grub decides at boot."""
+        args: list[str] = []
+        boot_time: list[str] = []
+        for raw in raw_words:
+            before = set(self.boot_time)
+            text, names = _expand_grub_word(raw, self.value)
+            words = split_words(text)
+            args += words
+            if names & self.boot_time or self.boot_time - before:
+                boot_time += words
+        return args, boot_time
+
+
+def _read_optional(root: str, path: str) -> str | None:
+    try:
+        with open(
+            _on_root(root, path), encoding="utf-8", errors="surrogateescape", newline=""
+        ) as handle:
+            return handle.read()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _on_root(root: str, path: str) -> str:
+    return root.rstrip("/") + "/" + path.lstrip("/")
+
+
+def _version_key(version: str) -> list[tuple[int, int | str]]:
+    return [
+        (0, int(chunk)) if chunk.isdigit() else (1, chunk)
+        for chunk in re.findall(r"\d+|[^\d]+", version)
+    ]
+
+
+def _bls_entries(root: str) -> list[tuple[str, dict[str, str]]]:
+    """(id, fields) of the BLS entries, in the boot menu's order (newest version first)."""
+    directory = _on_root(root, BLS_ENTRIES_DIR)
+    try:
+        names = sorted(name for name in os.listdir(directory) if name.endswith(".conf"))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    entries = []
+    for name in names:
+        fields: dict[str, str] = {}
+        for line in (_read_optional(root, f"{BLS_ENTRIES_DIR}/{name}") or "").splitlines():
+            stripped = line.strip()
+            if stripped and not stripped.startswith("#"):
+                key, _, value = stripped.partition(" ")
+                fields.setdefault(key, value.strip())
+        entries.append((name[: -len(".conf")], fields))
+    entries.sort(key=lambda e: (_version_key(e[1].get("version", "")), e[0]), reverse=True)
+    return entries
+
+
+def _default_name(defaults: Sequence[str], env: dict[str, str]) -> str:
+    """What ``default`` is at boot: a one-time ``next_entry``, else the last other value."""
+    if env.get("next_entry") and any("next_entry" in raw for raw in defaults):
+        return env["next_entry"]
+    others = [raw for raw in defaults if "next_entry" not in raw]
+    if not others:
+        return "0"
+    value, _ = _expand_grub_word(others[-1], lambda name: env.get(name, ""))
+    value = value.replace('"', "")
+    return env.get("saved_entry", "") if value == "saved" else value
+
+
+def _find_entry(entries: Sequence[MenuEntry], name: str) -> MenuEntry | None:
+    if name.isdigit():
+        index = int(name)
+        return entries[index] if index < len(entries) else None
+    for entry in entries:
+        if entry.entry_id == name:
+            return entry
+    return next((entry for entry in entries if entry.title == name), None)
+
+
+def default_menu_entry(cfg: GrubCfg, env: dict[str, str]) -> MenuEntry | None:
+    """The entry grub boots without a key press; None when the menu has no entry."""
+    if not cfg.entries:
+        return None
+    name = _default_name(cfg.defaults, env) or "0"
+    level: Sequence[MenuEntry] = cfg.entries
+    chosen: MenuEntry | None = None
+    for part in name.split(">"):
+        chosen = _find_entry(level, part)
+        if chosen is None:
+            break
+        level = chosen.children
+    if chosen is None:
+        chosen = cfg.entries[0]
+    while chosen.is_submenu:
+        if not chosen.children:
+            return None
+        chosen = chosen.children[0]
+    return chosen
+
+
+def _default_bls_entry(
+    entries: Sequence[tuple[str, dict[str, str]]], name: str
+) -> tuple[str, dict[str, str]]:
+    """The BLS entry ``default`` names (an id, a title or an index), else the first."""
+    for entry in entries:
+        if entry[0] == name:
+            return entry
+    for entry in entries:
+        if entry[1].get("title") == name:
+            return entry
+    index = int(name) if name.isdigit() and int(name) < len(entries) else 0
+    return entries[index]
+
+
+def next_boot(root: str = "/", running: str | None = None) -> NextBoot:
+    """What the next boot gives the kernel: the default BLS entry when there are BLS
+    entries (RHEL 8/9, grub's blscfg), else grub.cfg's default entry.
+
+    ``running`` is /proc/cmdline (read under ``root`` when not given); it decides the
+    variables grub's script sets at boot (see the rules above).
+    """
+    if running is None:
+        running = _read_optional(root, "/proc/cmdline") or ""
+    running_words = frozenset(split_words(running))
+    cfg_path = next((p for p in GRUB_CFG_PATHS if _read_optional(root, p) is not None), None)
+    cfg = parse_grub_cfg(_read_optional(root, cfg_path) or "") if cfg_path else None
+    entries = _bls_entries(root)
+    if entries:
+        env_text = next(
+            (t for t in (_read_optional(root, p) for p in BLS_GRUBENV_PATHS) if t is not None),
+            "",
+        )
+        env = read_grubenv(env_text)
+        defaults = cfg.defaults if cfg is not None and cfg.defaults else ("${saved_entry}",)
+        entry_id, fields = _default_bls_entry(entries, _default_name(defaults, env))
+        variables = _Variables(env, cfg, running_words)
+        raw = [w for statement in _grub_statements(fields.get("options", "")) for w in statement]
+        args, boot_time = variables.expand_args(raw)
+        return NextBoot(
+            source=f"{BLS_ENTRIES_DIR}/{entry_id}.conf",
+            entry=entry_id,
+            kernel=fields.get("linux"),
+            args=tuple(args),
+            boot_time=tuple(boot_time),
+        )
+    if cfg is None or cfg_path is None:
+        return NextBoot()
+    env = read_grubenv(_read_optional(root, cfg_path.rsplit("/", 1)[0] + "/grubenv") or "")
+    entry = default_menu_entry(cfg, env)
+    if entry is None or not entry.linux:
+        return NextBoot(source=cfg_path)
+    variables = _Variables(env, cfg, running_words)
+    kernel_words, _ = variables.expand_args(entry.linux[:1])
+    args, boot_time = variables.expand_args(entry.linux[1:])
+    return NextBoot(
+        source=cfg_path,
+        entry=entry.entry_id or entry.title,
+        kernel=kernel_words[0] if kernel_words else None,
+        args=tuple(args),
+        boot_time=tuple(boot_time),
+    )
+
+
+def reboot_pending(running: str, boot: NextBoot) -> bool | None:
+    """Whether the next boot gives the kernel other parameters than the running one has
+    (None when the next boot is unknown). Words grub decides at boot do not count."""
+    if boot.args is None:
+        return None
+    ignored = set(boot.boot_time)
+    running_words = [w for w in split_words(running) if w not in ignored]
+    next_words = [w for w in boot.args if w not in ignored]
+    return effective_words(running_words) != effective_words(next_words)
+
+
+def next_boot_gaps(
+    boot: NextBoot, configured: Sequence[KernelParam], policy: CmdlinePolicy
+) -> list[str]:
+    """How the next boot misses the grub configuration: a configured word it lacks, or a
+    parameter the policy wants absent (or missing) in it. Empty when it boots the
+    configuration, or when it is unknown.
+
+    Words the next boot has beyond the configured ones are no gap: grub-mkconfig's
+    scripts add some (root=, ro, Ubuntu's $vt_handoff, a cloud image's panic=).
+    """
+    if boot.args is None:
+        return []
+    have = set(effective_words(boot.args))
+    gaps = [
+        f"lacks {word}"
+        for word in effective_words(param.render() for param in configured)
+        if word not in have
+    ]
+    report = check_policy(parse_cmdline(" ".join(boot.args)), policy)
+    gaps += [f"lacks {p.render()}" for p in report.missing if f"lacks {p.render()}" not in gaps]
+    gaps += [f"holds {p.render()}" for p in report.unwanted]
+    return gaps

@@ -7,7 +7,8 @@ A module builds the files it wants in memory, then hands each to ``NodeChanges``
 - compares it with what is on disk (content, mode, owner, group) and does nothing when
   they agree, so a compliant node is not touched;
 - saves the current file into the run's open generation (``generations.record_before``)
-  before the first change to it, when the module was given a run id;
+  before the first change to it, when the module was given a run id (else, when given a
+  ``backup_dir``, copies it to ``<backup_dir>/<timestamp>/<path>``);
 - writes it through a temp file in the target directory, validated there first when a
   validator is given, then renamed over the target (``write_atomic``);
 - in check mode does none of that but still reports what it would do, so check mode is
@@ -27,6 +28,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -140,6 +142,10 @@ class NodeChanges:
     changed_paths: list[str] = field(default_factory=list)
     diffs: list[dict[str, str]] = field(default_factory=list)
     recorded: list[str] = field(default_factory=list)
+    # Outside a generation (a module used on its own): where previous versions are copied.
+    backup_dir: str | None = None
+    backup_stamp: str = field(default_factory=lambda: time.strftime("%Y%m%dT%H%M%S"))
+    backups: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -150,7 +156,10 @@ class NodeChanges:
 
     def _record(self, path: str) -> None:
         """Save the file's current state into the run's generation, once per run."""
-        if self.check_mode or not self.run_id or not self.generations_dir:
+        if self.check_mode:
+            return
+        if not self.run_id or not self.generations_dir:
+            self._backup(path)
             return
         try:
             added = generations.record_before(
@@ -159,6 +168,21 @@ class NodeChanges:
         except generations.GenerationError as error:
             raise NodeFileError(f"{path} was not changed: {error}") from error
         self.recorded.extend(added)
+
+    def _backup(self, path: str) -> None:
+        if not self.backup_dir:
+            return
+        saved = self.real(os.path.join(self.backup_dir, self.backup_stamp, path.lstrip("/")))
+        if saved in self.backups or not os.path.isfile(self.real(path)):
+            return
+        os.makedirs(os.path.dirname(saved), mode=0o700, exist_ok=True)
+        shutil.copy2(self.real(path), saved)
+        self.backups.append(saved)
+
+    def record(self, paths: Sequence[str]) -> None:
+        """Save files that a command run next changes (``run``) as a write would."""
+        for path in paths:
+            self._record(path)
 
     def _done(self, path: str, sentence: str) -> None:
         self.actions.append(sentence if not self.check_mode else f"would {sentence}")
@@ -339,6 +363,8 @@ class NodeChanges:
         if self.recorded:
             # Tells the play's last task (generations) that this run has something to commit.
             out["ansible_facts"] = {"lingbot_generation_pending": self.run_id}
+        if self.backups:
+            out["backups"] = list(self.backups)
         return out
 
 

@@ -15,17 +15,21 @@ from typing import Any
 
 from ..cmdline import split_words
 from ..facts import gather_facts
-from ..generations import grub_cfg_default_args, list_generations
-from ..grub import DEFAULT_GRUB_PATH, GRUB_D_DIR, configured_params, parse_grub_file, sourcing_order
+from ..generations import list_generations
+from ..grub import (
+    DEFAULT_GRUB_PATH,
+    GRUB_D_DIR,
+    configured_params,
+    next_boot,
+    parse_grub_file,
+    sourcing_order,
+)
 
 NODE_SCHEMA_VERSION = 1
 DEFAULT_PROBE_PATH = "/var/lib/lingbot-fleet/probe/latest.json"
 DEFAULT_LINGBOT_DIR = "/etc/lingbot"
 DEFAULT_PLAN_PATH = "/etc/lingbot/plan.json"
 DEFAULT_GENERATIONS_DIR = "/var/lib/lingbot-fleet/generations"
-GRUB_CFG_PATHS = ("/boot/grub/grub.cfg", "/boot/grub2/grub.cfg")
-GRUBENV_PATHS = ("/boot/grub2/grubenv", "/boot/grub/grubenv")
-BLS_ENTRIES_DIR = "/boot/loader/entries"
 MAX_FILE_BYTES = 1 << 20
 
 
@@ -53,64 +57,11 @@ def _section(collect: Callable[[], Any]) -> Any:
 # --- kernel command line ---------------------------------------------------------------
 
 
-def _grubenv(root: str) -> dict[str, str]:
-    for path in GRUBENV_PATHS:
-        text = read_text(on_root(root, path))
-        if text is None:
-            continue
-        values = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#") and "=" in line:
-                key, _, value = line.partition("=")
-                values[key] = value
-        return values
-    return {}
-
-
-def _version_key(version: str) -> list[tuple[int, Any]]:
-    parts = []
-    for piece in version.replace("-", ".").split("."):
-        parts.append((0, int(piece)) if piece.isdigit() else (1, piece))
-    return parts
-
-
-def bls_default_options(root: str) -> tuple[str, str] | None:
-    """(entry path, options) of the default BLS entry: grubenv saved_entry, else the newest."""
-    entries = []
-    for path in glob.glob(os.path.join(on_root(root, BLS_ENTRIES_DIR), "*.conf")):
-        fields: dict[str, str] = {}
-        for line in (read_text(path) or "").splitlines():
-            stripped = line.strip()
-            if stripped and not stripped.startswith("#"):
-                key, _, value = stripped.partition(" ")
-                fields[key] = value.strip()
-        entry_id = os.path.basename(path)[: -len(".conf")]
-        entries.append((entry_id, fields))
-    if not entries:
-        return None
-    entries.sort(key=lambda e: (_version_key(e[1].get("version", "")), e[0]), reverse=True)
-    environment = _grubenv(root)
-    saved = environment.get("saved_entry", "")
-    entry_id, fields = next((e for e in entries if e[0] == saved), entries[0])
-    options = fields.get("options", "")
-    if "$kernelopts" in options:
-        options = options.replace("$kernelopts", environment.get("kernelopts", ""))
-    return os.path.join(BLS_ENTRIES_DIR, f"{entry_id}.conf"), options
-
-
 def next_boot_args(root: str) -> dict[str, Any]:
-    """The parameters the next boot gets: the default BLS entry, else grub.cfg's first entry."""
-    bls = bls_default_options(root)
-    if bls is not None:
-        return {"source": bls[0], "args": split_words(bls[1])}
-    for path in GRUB_CFG_PATHS:
-        text = read_text(on_root(root, path))
-        if text is None:
-            continue
-        args = grub_cfg_default_args(text)
-        if args is not None:
-            return {"source": path, "args": args}
-    return {"source": None, "args": None}
+    """The parameters the next boot gets (grub.next_boot: the default BLS entry, else
+    grub.cfg's default entry, grub's variables expanded)."""
+    boot = next_boot(root)
+    return {"source": boot.source, "args": list(boot.args) if boot.args is not None else None}
 
 
 def grub_defaults_args(root: str) -> list[str] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -9,9 +10,10 @@ from typing import Any
 from . import sysfs
 from .nvml import NvmlUnavailableError, load_pynvml, read_nvml
 from .schema import FACTS_SCHEMA_VERSION
-from .smi import SmiUnavailableError, read_smi
 
 NVML_MODES = ("auto", "off")
+# Searched after PATH, as Ansible's get_bin_path does (a login PATH may lack them).
+SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
 
 
 def _empty_pcie() -> dict[str, Any]:
@@ -36,6 +38,8 @@ def read_driver_view(
             notes.append(f"NVML not used: {error}; GPU fields come from nvidia-smi")
     else:
         notes.append("NVML not used: turned off by the caller; GPU fields come from nvidia-smi")
+    from .smi import SmiUnavailableError, read_smi  # noqa: PLC0415  (only the fallback needs it)
+
     try:
         return read_smi(smi_command), "nvidia-smi", notes
     except SmiUnavailableError as error:
@@ -101,6 +105,19 @@ def _gpu_list(
     return gpus
 
 
+def find_program(name: str, root: str | Path = "/", path: str | None = None) -> str | None:
+    """The node path of an executable ``name`` on PATH (then the sbin directories), or None."""
+    search = (os.environ.get("PATH", "") if path is None else path).split(os.pathsep)
+    for directory in [*search, *SBIN_DIRS]:
+        if not directory.startswith("/"):
+            continue
+        candidate = os.path.join(directory, name)
+        real = sysfs.under(root, candidate)
+        if real.is_file() and os.access(real, os.X_OK):
+            return candidate
+    return None
+
+
 def gather_facts(
     root: str | Path = "/",
     nvml: str = "auto",
@@ -130,6 +147,7 @@ def gather_facts(
         "notes": notes,
         "driver_version": (driver or {}).get("driver_version"),
         "kernel": {"cmdline": sysfs.read_cmdline(root)},
+        "host": {"numactl_path": find_program("numactl", root)},
         "iommu": iommu,
         "numa": {
             "node_count": sysfs.numa_node_count(root),

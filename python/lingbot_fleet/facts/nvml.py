@@ -24,12 +24,28 @@ class NvmlUnavailableError(Exception):
     """pynvml cannot be imported, or NVML cannot be initialized; str() says which."""
 
 
-def load_pynvml(extra_paths: Sequence[str] = ()) -> Any:
-    """Import pynvml, looking in `extra_paths` too: directories or glob patterns (e.g. a
-    venv's `lib/python3*/site-packages`); a pattern without a match is skipped."""
+def _search_also(extra_paths: Sequence[str]) -> None:
+    """Append `extra_paths` (directories or glob patterns) to sys.path, after its own."""
     for path in (match for pattern in extra_paths for match in sorted(glob.glob(pattern))):
         if path not in sys.path:
             sys.path.append(path)
+
+
+def find_pynvml(extra_paths: Sequence[str] = ()) -> str | None:
+    """The file `load_pynvml(extra_paths)` imports pynvml from, found without importing it."""
+    _search_also(extra_paths)
+    if "pynvml" in sys.modules:
+        return getattr(sys.modules["pynvml"], "__file__", None)
+    import importlib.util  # noqa: PLC0415  (only this question needs it)
+
+    spec = importlib.util.find_spec("pynvml")
+    return spec.origin if spec is not None else None
+
+
+def load_pynvml(extra_paths: Sequence[str] = ()) -> Any:
+    """Import pynvml, looking in `extra_paths` too: directories or glob patterns (e.g. a
+    venv's `lib/python3*/site-packages`); a pattern without a match is skipped."""
+    _search_also(extra_paths)
     try:
         import pynvml  # noqa: PLC0415  (optional on nodes: imported only when asked)
     except ImportError as error:

@@ -20,6 +20,9 @@ TOP_LEVEL_KEYS = (
     "topology",
     "p2p",
 )
+# Added within schema 1: a reader treats a document without them as "unknown".
+OPTIONAL_TOP_LEVEL_KEYS = ("host",)
+HOST_KEYS = ("numactl_path",)
 GPU_KEYS = (
     "index",
     "lost",
@@ -57,6 +60,9 @@ def schema_problems(document: dict[str, Any]) -> list[str]:
         )
         return problems
     problems += [f"missing key {key}" for key in TOP_LEVEL_KEYS if key not in document]
+    if "host" in document:
+        host = document["host"] if isinstance(document["host"], dict) else {}
+        problems += [f"host: missing key {key}" for key in HOST_KEYS if key not in host]
     for position, gpu in enumerate(document.get("gpus", [])):
         problems += [f"gpus[{position}]: missing key {key}" for key in GPU_KEYS if key not in gpu]
         pcie = gpu.get("pcie") or {}

@@ -10,6 +10,8 @@ short_description: Gather GPU, PCIe, NUMA, IOMMU and P2P facts of a node in one 
 description:
   - Reads NVML through pynvml (nvidia-ml-py) when it is importable, sysfs and /proc, and
     runs nvidia-smi only as a fallback when NVML is not importable.
+  - Also says where numactl is on the node (C(host.numactl_path)), and where pynvml comes
+    from, so the roles install neither when it is there.
   - Returns the facts as C(ansible_facts.lingbot_gpu), a versioned document described in
     docs/facts.md of lingbot-fleet; C(sources) tells where each field group came from.
   - Changes nothing.
@@ -34,6 +36,17 @@ options:
     description: The nvidia-smi command used by the fallback.
     type: str
     default: nvidia-smi
+  pynvml_venv:
+    description:
+      - The virtualenv the gpu_facts role installs nvidia-ml-py into. When set, the result
+        says in RV(pynvml_in_venv) whether C(<pynvml_venv>/lib/python3*/site-packages/pynvml.py)
+        exists, so the role installs it only when it is missing.
+    type: path
+  pynvml_sha1:
+    description:
+      - With O(pynvml_venv), RV(pynvml_in_venv) also requires this SHA-1 (the controller's
+        copy, for air-gapped nodes).
+    type: str
 attributes:
   check_mode:
     support: full
@@ -50,6 +63,13 @@ EXAMPLES = r"""
   gpu_facts:
     nvml_python_path:
       - /opt/lingbot-fleet/venv/lib/python3*/site-packages
+
+- name: Gather the GPU facts and say whether the venv holds the controller's pynvml.py
+  gpu_facts:
+    nvml_python_path:
+      - /opt/lingbot-fleet/venv/lib/python3*/site-packages
+    pynvml_venv: /opt/lingbot-fleet/venv
+    pynvml_sha1: "{{ lookup('lingbot_pynvml', 'sha1') }}"
 """
 
 RETURN = r"""
@@ -61,11 +81,33 @@ ansible_facts:
     lingbot_gpu:
       description: Facts document (schema_version 1, see docs/facts.md).
       type: dict
+pynvml_path:
+  description: The pynvml file NVML is (or would be) read through; null when none is importable.
+  returned: always
+  type: str
+pynvml_in_venv:
+  description:
+    - Whether O(pynvml_venv) holds pynvml.py (with O(pynvml_sha1) - that very file); null
+      without O(pynvml_venv).
+  returned: always
+  type: bool
 """
 
 
+import glob
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.lingbot_fleet.facts import FACT_NAME, gather_facts
+from ansible.module_utils.lingbot_fleet.facts.nvml import find_pynvml
+
+
+def pynvml_in_venv(module: AnsibleModule, venv: str | None, sha1: str | None) -> bool | None:
+    """Whether the venv holds pynvml.py (with that SHA-1 when one is given)."""
+    if not venv:
+        return None
+    pattern = os.path.join(venv, "lib", "python3*", "site-packages", "pynvml.py")
+    return any(sha1 is None or module.sha1(path) == sha1 for path in glob.glob(pattern))
 
 
 def run_module() -> None:
@@ -75,7 +117,10 @@ def run_module() -> None:
             "nvml": {"type": "str", "choices": ["auto", "off"], "default": "auto"},
             "nvml_python_path": {"type": "list", "elements": "str", "default": []},
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+            "pynvml_venv": {"type": "path"},
+            "pynvml_sha1": {"type": "str"},
         },
+        required_by={"pynvml_sha1": "pynvml_venv"},
         supports_check_mode=True,
     )
     params = module.params
@@ -86,7 +131,12 @@ def run_module() -> None:
         nvml_python_path=params["nvml_python_path"],
         smi_command=[smi],
     )
-    module.exit_json(changed=False, ansible_facts={FACT_NAME: facts})
+    module.exit_json(
+        changed=False,
+        ansible_facts={FACT_NAME: facts},
+        pynvml_path=find_pynvml(params["nvml_python_path"]),
+        pynvml_in_venv=pynvml_in_venv(module, params["pynvml_venv"], params["pynvml_sha1"]),
+    )
 
 
 def main() -> None:
