@@ -15,7 +15,7 @@ _REPO = Path(__file__).resolve().parents[2]
 if str(_REPO / "python") not in sys.path:
     sys.path.insert(0, str(_REPO / "python"))
 
-from lingbot_fleet.policy import check_policy, load_role_specs  # noqa: E402
+from lingbot_fleet.policy import check_policy, load_role_specs, play_wide_problems  # noqa: E402
 
 
 class ActionModule(ActionBase):
@@ -27,6 +27,9 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         roles_dir = Path(self._task.args.get("roles_dir") or _REPO / "roles")
         problems = check_policy(task_vars, load_role_specs(roles_dir))
+        variable_manager = self._task.get_variable_manager()
+        extra_vars = variable_manager.extra_vars if variable_manager is not None else {}
+        problems += play_wide_problems(task_vars, extra_vars)
         result["changed"] = False
         result["problems"] = [str(problem) for problem in problems]
         if problems:

@@ -20,6 +20,12 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 # Variables that existed once: name -> what to use instead.
 REMOVED_VARIABLES: dict[str, str] = {}
 
+# Variables a playbook reads in play keywords (serial): Ansible templates those before any
+# host's inventory variables exist, so only -e reaches them.
+PLAY_WIDE_VARIABLES: dict[str, str] = {
+    "kernel_cmdline_reboot_batch": "the batch size of the rolling reboot (provision.yml, rollback.yml)",
+}
+
 Contradiction = Callable[[Mapping[str, Any]], list[str]]
 CONTRADICTIONS: dict[str, Contradiction] = {}
 
@@ -94,6 +100,22 @@ def check_policy(
             merged = {**_defaults(spec), **params}
             problems.extend(PolicyProblem(role, message) for message in check(merged))
     return problems
+
+
+def play_wide_problems(
+    variables: Mapping[str, Any], extra_vars: Mapping[str, Any]
+) -> list[PolicyProblem]:
+    """Play-wide variables set where the play keyword cannot see them (not with -e)."""
+    return [
+        PolicyProblem(
+            name,
+            f"is set in the inventory, but it is {meaning}, which Ansible reads before any "
+            f"inventory variable; the inventory value would be ignored. Remove it there and "
+            f"pass it with -e {name}=<value>",
+        )
+        for name, meaning in PLAY_WIDE_VARIABLES.items()
+        if name in variables and name not in extra_vars
+    ]
 
 
 def _defaults(spec: Mapping[str, Any]) -> dict[str, Any]:

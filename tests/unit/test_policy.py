@@ -68,3 +68,22 @@ def test_example_inventory_is_valid(specs):
         variables.update(yaml.safe_load(path.read_text()) or {})
     assert "kernel_cmdline_present" in variables
     assert messages(variables, specs) == []
+
+
+def test_play_wide_variable_from_the_inventory_is_refused_with_the_fix() -> None:
+    from lingbot_fleet.policy import play_wide_problems
+
+    problems = play_wide_problems({"kernel_cmdline_reboot_batch": "10%"}, extra_vars={})
+    assert [str(problem) for problem in problems] == [
+        "kernel_cmdline_reboot_batch: is set in the inventory, but it is the batch size of the "
+        "rolling reboot (provision.yml, rollback.yml), which Ansible reads before any inventory "
+        "variable; the inventory value would be ignored. Remove it there and pass it with "
+        "-e kernel_cmdline_reboot_batch=<value>"
+    ]
+    assert (
+        play_wide_problems(
+            {"kernel_cmdline_reboot_batch": "10%"},
+            extra_vars={"kernel_cmdline_reboot_batch": "10%"},
+        )
+        == []
+    )
