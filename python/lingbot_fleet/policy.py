@@ -23,7 +23,9 @@ REMOVED_VARIABLES: dict[str, str] = {}
 # Variables a playbook reads in play keywords (serial): Ansible templates those before any
 # host's inventory variables exist, so only -e reaches them.
 PLAY_WIDE_VARIABLES: dict[str, str] = {
-    "kernel_cmdline_reboot_batch": "the batch size of the rolling reboot (provision.yml, rollback.yml)",
+    "kernel_cmdline_reboot_batch": (
+        "the batch size of the rolling reboot (provision.yml, rollback.yml)"
+    ),
 }
 
 Contradiction = Callable[[Mapping[str, Any]], list[str]]
