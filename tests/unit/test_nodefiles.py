@@ -1,0 +1,129 @@
+"""NodeChanges: the one write path of every module (compare, record, write atomically)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+from pathlib import Path
+
+import pytest
+
+from lingbot_fleet import generations
+from lingbot_fleet.nodefiles import NodeChanges, NodeFileError, write_atomic
+
+ROOT_USER = pwd.getpwuid(os.getuid()).pw_name
+
+
+def changes(root: Path, *, check_mode: bool = False, run_id: str | None = "run-1") -> NodeChanges:
+    return NodeChanges(
+        check_mode=check_mode,
+        root=str(root),
+        generations_dir="/var/lib/lingbot-fleet/generations",
+        run_id=run_id,
+    )
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {
+        str(path.relative_to(root)): path.read_bytes()
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }
+
+
+def test_check_mode_writes_nothing_but_reports_the_change(tmp_path: Path) -> None:
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/app.conf").write_text("old\n")
+    os.chmod(tmp_path / "etc/app.conf", 0o644)
+    before = tree(tmp_path)
+    node = changes(tmp_path, check_mode=True)
+    assert node.write_file("/etc/app.conf", "new\n", owner=ROOT_USER, group=0) is True
+    assert node.write_file("/etc/other.conf", "x\n", owner=ROOT_USER, group=0) is True
+    assert node.remove_file("/etc/app.conf") is True
+    node.run(["false"], "run false")
+    assert tree(tmp_path) == before
+    assert node.actions == [
+        "would update /etc/app.conf",
+        "would create /etc/other.conf",
+        "would remove /etc/app.conf",
+        "would run false",
+    ]
+    assert node.result()["changed"] is True
+    assert "ansible_facts" not in node.result()
+
+
+def test_write_records_the_old_file_first_and_a_second_write_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/app.conf").write_text("old\n")
+    node = changes(tmp_path)
+    assert node.write_file("/etc/app.conf", "new\n", mode=0o640, owner=ROOT_USER, group=0)
+    assert (tmp_path / "etc/app.conf").read_text() == "new\n"
+    assert oct((tmp_path / "etc/app.conf").stat().st_mode & 0o777) == "0o640"
+    assert node.recorded == ["/etc/app.conf"]
+    assert node.result()["ansible_facts"] == {"lingbot_generation_pending": "run-1"}
+    assert node.result()["diff"][0]["before"] == "old\n"
+    pending = Path(
+        generations.pending_dir("/var/lib/lingbot-fleet/generations", "run-1", str(tmp_path))
+    )
+    manifest = json.loads((pending / "manifest.json").read_text())
+    saved = pending / manifest["files"][0]["before"]["saved"]
+    assert saved.read_text() == "old\n"
+
+    again = changes(tmp_path, run_id="run-2")
+    assert again.write_file("/etc/app.conf", "new\n", mode=0o640, owner=ROOT_USER, group=0) is False
+    assert again.result() == {"changed": False, "actions": [], "changed_paths": [], "diff": []}
+
+
+def test_mode_change_alone_is_a_change_without_a_content_diff(tmp_path: Path) -> None:
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/app.conf").write_text("same\n")
+    os.chmod(tmp_path / "etc/app.conf", 0o644)
+    node = changes(tmp_path)
+    assert node.write_file("/etc/app.conf", "same\n", mode=0o600, owner=ROOT_USER, group=0)
+    assert oct((tmp_path / "etc/app.conf").stat().st_mode & 0o777) == "0o600"
+    assert node.diffs == []
+
+
+def test_a_refusing_validator_leaves_the_old_file_and_no_temp_file(tmp_path: Path) -> None:
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/app.conf").write_text("old\n")
+
+    def refuse(path: str) -> None:
+        assert Path(path).read_text() == "bad\n"
+        raise NodeFileError("app.conf: bad is not a setting")
+
+    with pytest.raises(NodeFileError, match="bad is not a setting"):
+        changes(tmp_path).write_file(
+            "/etc/app.conf", "bad\n", owner=ROOT_USER, group=0, validate=refuse
+        )
+    assert sorted(os.listdir(tmp_path / "etc")) == ["app.conf"]
+    assert (tmp_path / "etc/app.conf").read_text() == "old\n"
+
+
+def test_secret_content_stays_out_of_the_diff(tmp_path: Path) -> None:
+    node = changes(tmp_path)
+    node.write_file(
+        "/etc/secrets.env", "KEY=s3cr3t\n", mode=0o600, owner=ROOT_USER, group=0, secret=True
+    )
+    assert "s3cr3t" not in json.dumps(node.result())
+
+
+def test_remove_tree_refuses_a_directory_holding_files_it_did_not_write(tmp_path: Path) -> None:
+    (tmp_path / "etc/lingbot/certs").mkdir(parents=True)
+    (tmp_path / "etc/lingbot/certs/ca.pem").write_text("cert\n")
+    with pytest.raises(NodeFileError, match=r"holds ca\.pem, which lingbot-fleet did not write"):
+        changes(tmp_path).remove_tree("/etc/lingbot/certs", ["/etc/lingbot/certs/config.yaml"])
+    assert (tmp_path / "etc/lingbot/certs/ca.pem").exists()
+
+
+def test_write_atomic_replaces_the_file_in_one_rename(tmp_path: Path) -> None:
+    target = tmp_path / "out.prom"
+    target.write_text("old\n")
+    inode_before = target.stat().st_ino
+    write_atomic(str(target), "new\n", mode=0o600)
+    assert target.read_text() == "new\n"
+    assert target.stat().st_ino != inode_before
+    assert sorted(os.listdir(tmp_path)) == ["out.prom"]
