@@ -422,6 +422,56 @@ def drift_findings(drift: Mapping[str, Any]) -> list[Finding]:
     return findings
 
 
+# --- the plan the inputs give now against the deployed one --------------------------------
+
+# What a provision run would change on the node: which instances, which GPUs in which order,
+# where they are bound, which pairs use peer access and how the KV cache moves. Measured
+# figures and reasons are left out: they move between probes without changing a decision.
+PLAN_DECISION_KEYS = (
+    "gpu_uuids",
+    "numa_node",
+    "peer_access",
+    "peer_access_pairs",
+    "kv_cache_strategy",
+    "port",
+)
+
+
+def plan_decisions(plan: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    return {
+        str(instance.get("name")): {key: instance.get(key) for key in PLAN_DECISION_KEYS}
+        for instance in plan.get("instances") or []
+        if isinstance(instance, Mapping)
+    }
+
+
+def plan_changes(deployed: Mapping[str, Any], fresh: Mapping[str, Any]) -> list[str]:
+    """The decisions a provision run would change, as key paths (empty when none)."""
+    return differing_paths(plan_decisions(deployed), plan_decisions(fresh))
+
+
+def plan_change_findings(deployed: Mapping[str, Any], fresh: Mapping[str, Any]) -> list[Finding]:
+    changes = plan_changes(deployed, fresh)
+    if not changes:
+        return []
+    return [
+        Finding(
+            code="PLAN_WOULD_CHANGE",
+            severity="warning",
+            subject="node",
+            message=(
+                "the node's facts and probe now give a different plan from the deployed one "
+                f"({', '.join(changes[:MAX_DRIFT_PATHS])}); a provision run would change LingBot"
+            ),
+            evidence={"changes": changes[:MAX_DRIFT_PATHS], "summary": fresh.get("summary")},
+            fix=(
+                "read the findings for the cause (a degraded link, a lost GPU); run site.yml "
+                "--check --diff to see the change, then site.yml to apply it"
+            ),
+        )
+    ]
+
+
 # --- generations ------------------------------------------------------------------------
 
 
@@ -538,8 +588,15 @@ def evaluate_node(
     drift = None
     lingbot = node.get("lingbot")
     if section_error(lingbot) is None and lingbot is not None:
-        drift = drift_state(lingbot, plan, policy.config_overrides)
+        # The configs are judged against the plan that deployed them (plan.json); the plan
+        # the inputs give now is compared with that one on its own.
+        deployed_plan = lingbot.get("plan")
+        if section_error(deployed_plan) is not None or not isinstance(deployed_plan, Mapping):
+            deployed_plan = None
+        drift = drift_state(lingbot, deployed_plan or plan, policy.config_overrides)
         findings += drift_findings(drift)
+        if deployed_plan and plan:
+            findings += plan_change_findings(deployed_plan, plan)
     else:
         findings.append(unreadable("lingbot", section_error(lingbot) or "missing"))
 
