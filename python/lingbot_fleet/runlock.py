@@ -1,0 +1,162 @@
+"""The node's run lock: one toolkit run at a time changes a node.
+
+Stdlib-only: runs on nodes (shipped as ``ansible.module_utils.lingbot_fleet.runlock``).
+
+A run takes the lock with its first change (``NodeChanges`` does it before it saves the
+first file into the run's generation) and gives it back when it commits that generation,
+so a run that changes nothing never takes it and read-only runs never wait. The lock file
+(``<generations dir>/lock.json``) names its owner, the run id (which carries the controller
+host and its ``ansible-playbook`` process id, ``lingbot_fleet.runs``), with when it started
+and when it last changed something.
+
+Another run finding the lock:
+
+- refuses, naming the owner and the fix, while the owner may still be running;
+- takes it over when the owner is gone: the owner was started by this run's controller,
+  which does not list it among its live runs (``live_runs``: its ansible-playbook process
+  is gone), or the owner has changed nothing for ``ttl_s`` seconds (a controller that died
+  elsewhere). The owner's open generation is then committed as incomplete by the caller,
+  never thrown away.
+
+The read-modify-write of the lock file happens under ``flock`` on a sibling file, so two
+module calls that race for it see one winner.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .nodefiles import write_json_atomic
+from .runs import controller_of
+
+LOCK_FILE = "lock.json"
+GUARD_FILE = ".lock.guard"
+DEFAULT_TTL_S = 3600
+
+
+class LockedError(Exception):
+    """Another run holds the node's lock; str() names it and the fix."""
+
+
+@dataclass(frozen=True)
+class Taken:
+    """What taking the lock found: the stale run it replaced, if any, and why."""
+
+    replaced_run: str | None = None
+    replaced_reason: str = ""
+
+
+def _lock_paths(generations_dir_real: str) -> tuple[str, str]:
+    return (
+        os.path.join(generations_dir_real, LOCK_FILE),
+        os.path.join(generations_dir_real, GUARD_FILE),
+    )
+
+
+@contextlib.contextmanager
+def _guard(path: str) -> Iterator[None]:
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)
+
+
+def read_lock(generations_dir_real: str) -> dict[str, Any] | None:
+    """The lock file's document; None when no run holds the lock."""
+    lock_path, _ = _lock_paths(generations_dir_real)
+    try:
+        with open(lock_path, encoding="utf-8") as handle:
+            document = json.load(handle)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        raise LockedError(
+            f"{lock_path} cannot be read ({error}); it names the run that holds this node. "
+            "Look at it, and remove it once no toolkit run is changing the node"
+        ) from error
+    if not isinstance(document, dict) or not document.get("run_id"):
+        raise LockedError(
+            f"{lock_path} does not name a run; remove it once no toolkit run is changing the node"
+        )
+    return document
+
+
+def _describe(document: dict[str, Any], now: float) -> str:
+    idle_s = now - float(document.get("heartbeat_epoch") or 0)
+    return f"run {document['run_id']}, last change {idle_s:.0f} s ago"
+
+
+def run_is_gone(holder: str, taker: str, live_runs: Sequence[str] | None) -> bool:
+    """The holder was started by the taker's controller, which no longer runs it."""
+    if live_runs is None:
+        return False
+    controller = controller_of(taker)
+    return (
+        controller is not None and controller_of(holder) == controller and holder not in live_runs
+    )
+
+
+def take(
+    generations_dir_real: str,
+    run_id: str,
+    *,
+    live_runs: Sequence[str] | None = None,
+    ttl_s: float = DEFAULT_TTL_S,
+    now: float | None = None,
+) -> Taken:
+    """Hold the lock for ``run_id`` (again, or for the first time); LockedError when busy."""
+    moment = time.time() if now is None else now
+    lock_path, guard_path = _lock_paths(generations_dir_real)
+    with _guard(guard_path):
+        current = read_lock(generations_dir_real)
+        taken = Taken()
+        if current is not None and current.get("run_id") != run_id:
+            idle_s = moment - float(current.get("heartbeat_epoch") or 0)
+            if run_is_gone(str(current["run_id"]), run_id, live_runs):
+                reason = "its ansible-playbook process is gone"
+            elif idle_s > ttl_s:
+                reason = f"it changed nothing for {idle_s:.0f} s (more than {ttl_s:.0f} s)"
+            else:
+                raise LockedError(
+                    f"another toolkit run is changing this node: {_describe(current, moment)}. "
+                    "Wait for it to finish and run again. If that run is gone (killed, or its "
+                    "controller died), run again from the controller that started it, or after "
+                    f"{ttl_s:.0f} s without a change; its open generation is then kept, "
+                    "committed as incomplete"
+                )
+            taken = Taken(replaced_run=str(current["run_id"]), replaced_reason=reason)
+        fresh = current is None or taken.replaced_run is not None
+        started = moment if fresh else current.get("started_epoch")
+        write_json_atomic(
+            lock_path,
+            {
+                "run_id": run_id,
+                "started_epoch": started,
+                "heartbeat_epoch": moment,
+                "pid": os.getpid(),
+            },
+            mode=0o600,
+            dir_mode=0o700,
+        )
+        return taken
+
+
+def release(generations_dir_real: str, run_id: str) -> bool:
+    """Give the lock back when ``run_id`` holds it; True when it did."""
+    lock_path, guard_path = _lock_paths(generations_dir_real)
+    with _guard(guard_path):
+        current = read_lock(generations_dir_real)
+        if current is None or current.get("run_id") != run_id:
+            return False
+        os.unlink(lock_path)
+        return True
