@@ -42,6 +42,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import atomic
+
 SCHEMA = 1
 DEFAULT_GENERATIONS_DIR = "/var/lib/lingbot-fleet/generations"
 DEFAULT_PLAN_PATH = "/etc/lingbot/plan.json"
@@ -89,6 +91,16 @@ def check_run_id(run_id: str) -> str:
             "'_', '-' and '.' (at most 128), e.g. 20250101T120000Z-4711"
         )
     return run_id
+
+
+# Files whose content a generation never keeps (an old API key must not outlive its
+# rotation): their state is recorded, and a rollback leaves them as they are unless the
+# restored generation had none.
+SECRET_FILE_NAMES = ("secrets.env",)
+
+
+def is_secret(path: str) -> bool:
+    return path.startswith(_LINGBOT_DIR) and os.path.basename(path) in SECRET_FILE_NAMES
 
 
 def kind_of(path: str) -> str:
@@ -210,19 +222,8 @@ def file_state(real_path: str, shown_path: str | None = None) -> FileState:
 
 
 def write_json_atomic(path: str, data: Any) -> None:
-    directory = os.path.dirname(path)
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    fd, temp_path = tempfile.mkstemp(prefix=".manifest.", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2, sort_keys=True)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp_path, path)
-    finally:
-        if os.path.exists(temp_path):
-            os.unlink(temp_path)
+    """A manifest, written atomically into a tree only root may read (0700, files 0600)."""
+    atomic.write_json_atomic(path, data, mode=0o600, dir_mode=0o700)
 
 
 def _copy_with_state(source: str, dest: str, state: FileState) -> str:
@@ -269,10 +270,18 @@ def _load_pending(run_dir: str, run_id: str) -> dict[str, Any]:
             raise ValueError("'files' is not a list")
     except (OSError, ValueError) as error:
         raise GenerationError(
-            f"{manifest_path} cannot be read ({error}); this run's open generation is "
-            "damaged. Remove that directory and run again"
+            f"{manifest_path} cannot be read ({error}): the open generation of run {run_id} "
+            f"is damaged. Move {run_dir} away (its files/ hold the saved copies) and run again"
         ) from error
     return manifest
+
+
+def _private_tree(base_real: str) -> None:
+    """The generations directory exists and only root can enter it (saved copies of
+    configuration live below it)."""
+    os.makedirs(base_real, mode=0o700, exist_ok=True)
+    if stat.S_IMODE(os.stat(base_real).st_mode) != 0o700:
+        os.chmod(base_real, 0o700)
 
 
 def record_before(
@@ -284,6 +293,7 @@ def record_before(
     recorded. Call it before writing the files; it writes nothing else.
     """
     run_dir = pending_dir(generations_dir, run_id, root)
+    _private_tree(on_root(root, generations_dir))
     manifest = _load_pending(run_dir, run_id)
     known = {entry["path"] for entry in manifest["files"]}
     added: list[str] = []
@@ -294,11 +304,14 @@ def record_before(
         real = on_root(root, path)
         state = file_state(real, path)
         entry: dict[str, Any] = {"path": path, "kind": kind_of(path), "before": state.to_json()}
-        if state.exists:
+        if state.exists and is_secret(path):
+            entry["secret"] = True
+        elif state.exists:
             saved = os.path.join(FILES, path.lstrip("/"))
             saved_real = os.path.join(run_dir, saved)
             os.makedirs(os.path.dirname(saved_real), mode=0o700, exist_ok=True)
             shutil.copyfile(real, saved_real)
+            os.chmod(saved_real, state.mode)
             if sha256_of(saved_real) != state.sha256:
                 raise GenerationError(
                     f"{path} changed while it was being saved; run again when nothing "
@@ -436,16 +449,28 @@ def commit(
 ) -> CommitResult:
     """Close the run's generation: number it when something changed, else discard it.
 
-    Open generations left by other runs that never committed (a failed run) are
-    committed first, each as its own generation marked ``complete: false``.
+    The run holds the node's lock (runlock) from its first recorded file, so any other open
+    generation belongs to a run that is gone (it lost the lock, or never had it): those are
+    committed first, each as its own generation marked ``complete: false``, never thrown
+    away. While another run holds the lock, only this run's own generation is committed.
+    The lock is given back at the end.
     """
+    from . import runlock  # noqa: PLC0415 - runlock imports nodefiles, which imports this
+
     check_run_id(run_id)
     if keep < 1:
         raise GenerationError(f"keep is {keep}; keep at least 1 generation")
+    base_real = on_root(root, generations_dir)
+    try:
+        holder = runlock.read_lock(base_real)
+    except runlock.LockedError as error:
+        raise GenerationError(str(error)) from error
     pending_base = on_root(root, os.path.join(generations_dir, PENDING))
     try:
         stale = sorted(name for name in os.listdir(pending_base) if name != run_id)
     except FileNotFoundError:
+        stale = []
+    if holder is not None and holder.get("run_id") != run_id:
         stale = []
     result = CommitResult(generation=None)
     for stale_id in stale:
@@ -477,6 +502,7 @@ def commit(
         else:
             result.committed.append(number)
     result.pruned = prune(generations_dir, keep, root)
+    runlock.release(base_real, run_id)
     return result
 
 
@@ -620,6 +646,8 @@ class RollbackPlan:
     newest: int
     undone: tuple[int, ...]
     restores: tuple[Restore, ...]
+    # Secrets the generations hold no copy of: left as they are (see SECRET_FILE_NAMES).
+    kept_secrets: tuple[str, ...] = ()
 
     @property
     def to_change(self) -> list[Restore]:
@@ -648,6 +676,7 @@ class RollbackPlan:
             "newest": self.newest,
             "undone": list(self.undone),
             "files": [restore.to_json() for restore in self.restores],
+            "kept_secrets": list(self.kept_secrets),
             **self.effects(),
         }
 
@@ -755,8 +784,12 @@ def plan_rollback(
             latest_after[change.path] = change.after
     restores = []
     drifted = []
+    kept = []
     for path, (generation, change) in sorted(earliest.items()):
         current = file_state(on_root(root, path), path)
+        if is_secret(path) and change.before.exists:
+            kept.append(path)
+            continue
         expected = latest_after[path]
         if not expected.same_content_and_metadata(current):
             drifted.append(path)
@@ -771,7 +804,7 @@ def plan_rollback(
             + "; nothing was touched. Look at the changes, then roll back anyway with "
             "-e rollback_force=true, or choose another generation with -e rollback_to=<n>"
         )
-    return RollbackPlan(target, newest, tuple(undone), tuple(restores))
+    return RollbackPlan(target, newest, tuple(undone), tuple(restores), tuple(kept))
 
 
 def apply_rollback(

@@ -33,7 +33,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import generations
+from . import generations, runlock
+from .atomic import write_atomic, write_json_atomic
+
+__all__ = ["NodeChanges", "NodeFileError", "run_command", "write_atomic", "write_json_atomic"]
 
 # Text shown in diffs is cut at this size: a diff is for people, not a copy of the file.
 _DIFF_MAX_BYTES = 64 * 1024
@@ -60,56 +63,6 @@ def _gid(group: str | int) -> int:
         return grp.getgrnam(group).gr_gid
     except KeyError as error:
         raise NodeFileError(f"group {group!r} does not exist on this node") from error
-
-
-def write_atomic(
-    path: str,
-    content: bytes | str,
-    *,
-    mode: int = 0o644,
-    uid: int | None = None,
-    gid: int | None = None,
-    validate: Callable[[str], None] | None = None,
-    dir_mode: int = 0o755,
-) -> None:
-    """Write ``content`` to ``path`` so that readers see the old file or the new, never half.
-
-    The temp file lives in the target directory (same filesystem, so the rename is
-    atomic), starts with '.' and ends in '.tmp' (so directory scanners such as
-    node_exporter's textfile collector skip it), is fsynced, gets its mode and owner, and is
-    passed to ``validate`` (which raises to refuse it) before it is renamed over ``path``.
-    """
-    data = content.encode("utf-8") if isinstance(content, str) else content
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, mode=dir_mode, exist_ok=True)
-    descriptor, temp_path = tempfile.mkstemp(
-        prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory
-    )
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp_path, mode)
-        if uid is not None or gid is not None:
-            os.chown(temp_path, -1 if uid is None else uid, -1 if gid is None else gid)
-        if validate is not None:
-            validate(temp_path)
-        os.replace(temp_path, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp_path)
-        raise
-
-
-def write_json_atomic(
-    path: str, document: Any, *, mode: int = 0o644, dir_mode: int = 0o755
-) -> None:
-    """``write_atomic`` of a JSON document (sorted keys, indented, newline at the end)."""
-    import json  # noqa: PLC0415 - most callers write text
-
-    text = json.dumps(document, indent=2, sort_keys=True) + "\n"
-    write_atomic(path, text, mode=mode, dir_mode=dir_mode)
 
 
 def _diff_text(data: bytes | None) -> str:
@@ -146,6 +99,12 @@ class NodeChanges:
     backup_dir: str | None = None
     backup_stamp: str = field(default_factory=lambda: time.strftime("%Y%m%dT%H%M%S"))
     backups: list[str] = field(default_factory=list)
+    # The node's run lock (runlock): taken before the first file is saved into the run's
+    # generation. live_runs: this controller's runs still running (generations_live_runs).
+    live_runs: list[str] | None = None
+    lock_ttl_s: float = runlock.DEFAULT_TTL_S
+    lock_notes: list[str] = field(default_factory=list)
+    _lock_held: bool = False
 
     @property
     def changed(self) -> bool:
@@ -161,6 +120,7 @@ class NodeChanges:
         if not self.run_id or not self.generations_dir:
             self._backup(path)
             return
+        self._hold_lock()
         try:
             added = generations.record_before(
                 self.generations_dir, self.run_id, [path], root=self.root
@@ -168,6 +128,26 @@ class NodeChanges:
         except generations.GenerationError as error:
             raise NodeFileError(f"{path} was not changed: {error}") from error
         self.recorded.extend(added)
+
+    def _hold_lock(self) -> None:
+        if self._lock_held or not self.run_id or not self.generations_dir:
+            return
+        try:
+            taken = runlock.take(
+                self.real(self.generations_dir),
+                self.run_id,
+                live_runs=self.live_runs,
+                ttl_s=self.lock_ttl_s,
+            )
+        except runlock.LockedError as error:
+            raise NodeFileError(f"nothing was changed: {error}") from error
+        if taken.replaced_run:
+            self.lock_notes.append(
+                f"took the node's lock over from run {taken.replaced_run} "
+                f"({taken.replaced_reason}); its open generation is committed as incomplete "
+                "with this run's"
+            )
+        self._lock_held = True
 
     def _backup(self, path: str) -> None:
         if not self.backup_dir:
@@ -183,6 +163,19 @@ class NodeChanges:
         """Save files that a command run next changes (``run``) as a write would."""
         for path in paths:
             self._record(path)
+
+    def _ids(self, owner: str | int, group: str | int) -> tuple[int | None, int | None]:
+        """Numeric owner and group. In check mode a user or group that an earlier step of
+        the same call would create is None (so the file counts as changing)."""
+        ids: list[int | None] = []
+        for lookup, name in ((_uid, owner), (_gid, group)):
+            try:
+                ids.append(lookup(name))
+            except NodeFileError:
+                if not self.check_mode:
+                    raise
+                ids.append(None)
+        return ids[0], ids[1]
 
     def _done(self, path: str, sentence: str) -> None:
         self.actions.append(sentence if not self.check_mode else f"would {sentence}")
@@ -217,7 +210,7 @@ class NodeChanges:
         data = content.encode("utf-8") if isinstance(content, str) else content
         real = self.real(path)
         current = self.read(path)
-        uid, gid = _uid(owner), _gid(group)
+        uid, gid = self._ids(owner, group)
         if current is not None:
             info = os.lstat(real)
             if not stat.S_ISREG(info.st_mode):
@@ -298,7 +291,7 @@ class NodeChanges:
     ) -> bool:
         """Make ``path`` a directory with this mode and owner; True when it changed."""
         real = self.real(path)
-        uid, gid = _uid(owner), _gid(group)
+        uid, gid = self._ids(owner, group)
         try:
             info = os.lstat(real)
         except FileNotFoundError:
@@ -365,6 +358,8 @@ class NodeChanges:
             out["ansible_facts"] = {"lingbot_generation_pending": self.run_id}
         if self.backups:
             out["backups"] = list(self.backups)
+        if self.lock_notes:
+            out["lock_notes"] = list(self.lock_notes)
         return out
 
 

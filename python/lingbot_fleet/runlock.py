@@ -33,7 +33,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .nodefiles import write_json_atomic
+from .atomic import write_json_atomic
 from .runs import controller_of
 
 LOCK_FILE = "lock.json"

@@ -346,3 +346,34 @@ def test_units_the_rollback_removes_are_stopped_not_restarted():
         "lingbot@main.service",
         "lingbot@numa1.service",
     ]
+
+
+SECRETS = "/etc/lingbot/main/secrets.env"
+
+
+def test_secrets_are_never_copied_and_a_rollback_keeps_the_current_key(tmp_path: Path) -> None:
+    root = node(tmp_path)
+    write(root, SECRETS, b"LINGBOT_API_KEY='old-key'\n", mode=0o600)
+    run(root, "r1", {SECRETS: b"LINGBOT_API_KEY='new-key'\n", CONFIG: b"a: 1\n"})
+    generations_tree = root / GDIR.lstrip("/")
+    stored = b"".join(p.read_bytes() for p in generations_tree.rglob("*") if p.is_file())
+    assert b"old-key" not in stored
+    entry = next(e for e in manifest(root, 1)["files"] if e["path"] == SECRETS)
+    assert entry["secret"] is True
+    assert "saved" not in entry["before"]
+    assert oct(generations_tree.stat().st_mode & 0o777) == "0o700"
+
+    plan = gen.plan_rollback(GDIR, root=str(root))
+    assert plan.kept_secrets == (SECRETS,)
+    assert [restore.path for restore in plan.to_change] == [CONFIG]
+    gen.apply_rollback(plan, GDIR, "r2", str(root))
+    assert (root / SECRETS.lstrip("/")).read_bytes() == b"LINGBOT_API_KEY='new-key'\n"
+    assert not (root / CONFIG.lstrip("/")).exists()
+
+
+def test_saved_copies_keep_the_mode_of_the_file(tmp_path: Path) -> None:
+    root = node(tmp_path)
+    run(root, "r1", {GRUB: b"new\n"})
+    entry = manifest(root, 1)["files"][0]
+    saved = root / GDIR.lstrip("/") / "1" / entry["before"]["saved"]
+    assert oct(saved.stat().st_mode & 0o777) == "0o640"
