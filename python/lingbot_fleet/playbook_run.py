@@ -9,6 +9,7 @@ result, the module's return values and the time the task took on that host.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -139,7 +140,7 @@ def run_playbook(
             inventory=str(Path(inventory).resolve()),
             limit=limit,
             extravars=dict(extravars or {}),
-            cmdline=" ".join(cmdline) or None,
+            cmdline=shlex.join(cmdline) or None,
             envvars=_environment(envvars),
             forks=forks,
             timeout=timeout_s,

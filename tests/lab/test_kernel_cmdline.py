@@ -15,15 +15,15 @@ def test_noacpi_removed_rebooted_and_verified(booted_lab):
     assert "pci=noacpi" in booted_lab.run(spec, "cat /proc/cmdline").stdout.split()
 
     preview = run_playbook("site.yml", spec.name, "--check", "--diff")
-    assert preview.returncode == 0, preview.stdout + preview.stderr
+    assert preview.rc == 0, preview.stdout
     assert '-GRUB_CMDLINE_LINUX_DEFAULT="quiet pci=noacpi"' in preview.stdout
     assert '+GRUB_CMDLINE_LINUX_DEFAULT="quiet"' in preview.stdout
     assert '+GRUB_CMDLINE_LINUX="$GRUB_CMDLINE_LINUX iommu=pt"' in preview.stdout
     assert booted_lab.run(spec, checksums).stdout == before, "check mode wrote a file"
 
     applied = run_playbook("site.yml", spec.name, "-e", "kernel_cmdline_reboot=if_required")
-    assert applied.returncode == 0, applied.stdout + applied.stderr
-    assert recap(applied.stdout, spec.name)["failed"] == 0
+    assert applied.rc == 0, applied.stdout
+    assert recap(applied, spec.name)["failed"] == 0
     assert booted_lab.boot_id(spec) != boot_before, "the node did not reboot"
     running = booted_lab.run(spec, "cat /proc/cmdline").stdout.split()
     assert "pci=noacpi" not in running
@@ -34,8 +34,8 @@ def test_noacpi_removed_rebooted_and_verified(booted_lab):
     assert types == ["identity"]
 
     again = run_playbook("site.yml", spec.name, "-e", "kernel_cmdline_reboot=if_required")
-    assert again.returncode == 0, again.stdout
-    assert recap(again.stdout, spec.name)["changed"] == 0
+    assert again.rc == 0, again.stdout
+    assert recap(again, spec.name)["changed"] == 0
 
 
 def test_rollback_restores_grub_and_the_previous_cmdline(booted_lab):
@@ -45,7 +45,7 @@ def test_rollback_restores_grub_and_the_previous_cmdline(booted_lab):
     assert "1" in listing, "the previous test converged the node in generation 1"
 
     preview = run_playbook("playbooks/rollback.yml", spec.name, "--check")
-    assert preview.returncode == 0, preview.stdout[-3000:]
+    assert preview.rc == 0, preview.stdout[-3000:]
     assert "/etc/default/grub" in preview.stdout
     assert "pci=noacpi" not in booted_lab.run(spec, "cat /proc/cmdline").stdout
 
@@ -57,7 +57,7 @@ def test_rollback_restores_grub_and_the_previous_cmdline(booted_lab):
         "-e",
         "kernel_cmdline_reboot=if_required",
     )
-    assert rolled.returncode == 0, rolled.stdout[-3000:]
+    assert rolled.rc == 0, rolled.stdout[-3000:]
     running = booted_lab.run(spec, "cat /proc/cmdline").stdout.split()
     assert "pci=noacpi" in running
     assert "iommu=pt" not in running
@@ -76,6 +76,6 @@ def test_rollback_restores_grub_and_the_previous_cmdline(booted_lab):
         "-e",
         "kernel_cmdline_reboot=if_required",
     )
-    assert again.returncode == 0, again.stdout[-3000:]
+    assert again.rc == 0, again.stdout[-3000:]
     assert "iommu=pt" in booted_lab.run(spec, "cat /proc/cmdline").stdout.split()
     assert booted_lab.run(spec, grub).stdout != restored

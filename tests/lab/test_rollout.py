@@ -22,7 +22,7 @@ def test_failing_canary_stops_the_rollout_and_is_rolled_back(booted_lab):
     specs = [booted_lab.node(profile) for profile in HEALTHY]
     limit = ",".join(spec.name for spec in specs)
     converge = run_playbook("site.yml", limit)
-    assert converge.returncode == 0, converge.stdout[-4000:]
+    assert converge.rc == 0, converge.stdout[-4000:]
     before = {spec.name: booted_lab.run(spec, TOOLKIT_FILES).stdout for spec in specs}
     canary = specs[0]
     booted_lab.run(canary, DEGRADE_PAIR)
@@ -31,7 +31,7 @@ def test_failing_canary_stops_the_rollout_and_is_rolled_back(booted_lab):
     change = {"lingbot_service_config_overrides": {"kv_cache_sync_interval_ms": 20}}
     rollout = run_playbook("playbooks/rollout.yml", limit, "-e", json.dumps(change))
 
-    assert rollout.returncode != 0, rollout.stdout[-4000:]
+    assert rollout.rc != 0, rollout.stdout[-4000:]
     assert canary.name in rollout.stdout
     assert "probe_paths" in rollout.stdout
     assert "not reached" in rollout.stdout
