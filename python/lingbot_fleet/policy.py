@@ -9,6 +9,7 @@ replaced them) and contradictions between variables, before any play touches a n
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +79,7 @@ def check_policy(
         role = _role_of(name, roles)
         if role is not None and name not in REMOVED_VARIABLES:
             by_role[role][name] = value
+    problems += unsafe_value_problems(variables, role_specs)
     for role, params in by_role.items():
         spec = dict(role_specs[role])
         for name in sorted(set(params) - set(spec)):
@@ -101,6 +103,69 @@ def check_policy(
         if check is not None and not result.error_messages:
             merged = {**_defaults(spec), **params}
             problems.extend(PolicyProblem(role, message) for message in check(merged))
+    return problems
+
+
+# Characters no inventory value may hold: they end a line in a unit file, an environment
+# file or a shell word (newline injection), or are invisible in a review.
+_CONTROL = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
+# Names whose values become one word of a unit file or a command line (paths, users,
+# commands): no whitespace, no systemd specifier (%), no systemd command prefix.
+_WORD_NAMES = re.compile(r"_(path|dir|python|pythonpath|entry|numactl|user|group|name)$")
+_WORD_PREFIXES = ("+", "!", "-", "@", ":", "|")
+
+
+def _text_values(value: Any, where: str) -> list[tuple[str, str]]:
+    if isinstance(value, str):
+        return [(where, value)]
+    if isinstance(value, list | tuple):
+        return [item for i, v in enumerate(value) for item in _text_values(v, f"{where}[{i}]")]
+    if isinstance(value, Mapping):
+        return [item for k, v in value.items() for item in _text_values(v, f"{where}.{k}")]
+    return []
+
+
+def unsafe_value_problems(
+    variables: Mapping[str, Any], role_specs: Mapping[str, Mapping[str, Any]]
+) -> list[PolicyProblem]:
+    """Role variables whose text would break out of the unit, file or command it lands in."""
+    problems: list[PolicyProblem] = []
+    known = {name: spec for specs in role_specs.values() for name, spec in specs.items()}
+    for name in sorted(set(variables) & set(known)):
+        spec = known[name]
+        word = spec.get("type") == "path" or bool(_WORD_NAMES.search(name))
+        for where, text in _text_values(variables[name], name):
+            control = _CONTROL.search(text)
+            if control:
+                problems.append(
+                    PolicyProblem(
+                        where,
+                        f"holds the control character {control.group()!r} at position "
+                        f"{control.start()}; remove it (values land in unit files and commands, "
+                        "where a line break starts a new directive)",
+                    )
+                )
+                continue
+            if not word:
+                continue
+            if any(ch.isspace() for ch in text):
+                problems.append(
+                    PolicyProblem(where, f"{text!r} holds whitespace; give one word (path or name)")
+                )
+            elif "%" in text:
+                problems.append(
+                    PolicyProblem(
+                        where, f"{text!r} holds '%', which systemd expands in unit files; remove it"
+                    )
+                )
+            elif text.startswith(_WORD_PREFIXES):
+                problems.append(
+                    PolicyProblem(
+                        where,
+                        f"{text!r} starts with {text[0]!r}, which systemd reads as a command "
+                        "prefix; give the path or name itself",
+                    )
+                )
     return problems
 
 
@@ -129,6 +194,20 @@ def _kernel_cmdline_contradictions(variables: Mapping[str, Any]) -> list[str]:
     from .cmdline import PolicyError, build_policy  # noqa: PLC0415 - only for this role
 
     present = dict(variables.get("kernel_cmdline_present") or {})
+    booleans = [key for key, value in present.items() if isinstance(value, bool)]
+    if booleans:
+        return [
+            f"kernel_cmdline_present.{key} is the YAML boolean {present[key]} (YAML reads "
+            f'on, off, yes and no as booleans); quote the value, e.g. {key}: "on"'
+            for key in booleans
+        ]
+    absent = variables.get("kernel_cmdline_absent") or []
+    empty = [str(i) for i, item in enumerate(absent) if item is None or not str(item).strip()]
+    if empty:
+        return [
+            f"kernel_cmdline_absent[{', '.join(empty)}] is empty; give each parameter to remove "
+            "as name or name=value"
+        ]
     if variables.get("kernel_cmdline_pcie_aspm_off"):
         present["pcie_aspm"] = "off"
     try:
