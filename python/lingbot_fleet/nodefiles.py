@@ -33,7 +33,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import generations, runlock
 from .atomic import write_atomic, write_json_atomic
 
 __all__ = ["NodeChanges", "NodeFileError", "run_command", "write_atomic", "write_json_atomic"]
@@ -102,7 +101,7 @@ class NodeChanges:
     # The node's run lock (runlock): taken before the first file is saved into the run's
     # generation. live_runs: this controller's runs still running (generations_live_runs).
     live_runs: list[str] | None = None
-    lock_ttl_s: float = runlock.DEFAULT_TTL_S
+    lock_ttl_s: float | None = None  # None: runlock.DEFAULT_TTL_S
     lock_notes: list[str] = field(default_factory=list)
     _lock_held: bool = False
 
@@ -111,7 +110,7 @@ class NodeChanges:
         return bool(self.actions)
 
     def real(self, path: str) -> str:
-        return generations.on_root(self.root, path)
+        return os.path.join(self.root, path.lstrip("/"))
 
     def _record(self, path: str) -> None:
         """Save the file's current state into the run's generation, once per run."""
@@ -120,6 +119,9 @@ class NodeChanges:
         if not self.run_id or not self.generations_dir:
             self._backup(path)
             return
+        # Imported here: a module call that writes nothing does not pay for them.
+        from . import generations  # noqa: PLC0415
+
         self._hold_lock()
         try:
             added = generations.record_before(
@@ -132,12 +134,14 @@ class NodeChanges:
     def _hold_lock(self) -> None:
         if self._lock_held or not self.run_id or not self.generations_dir:
             return
+        from . import runlock  # noqa: PLC0415 - only a call that writes takes the lock
+
         try:
             taken = runlock.take(
                 self.real(self.generations_dir),
                 self.run_id,
                 live_runs=self.live_runs,
-                ttl_s=self.lock_ttl_s,
+                ttl_s=runlock.DEFAULT_TTL_S if self.lock_ttl_s is None else self.lock_ttl_s,
             )
         except runlock.LockedError as error:
             raise NodeFileError(f"nothing was changed: {error}") from error
