@@ -1,4 +1,5 @@
-"""/etc/default/grub and /etc/default/grub.d/*.cfg: parse, evaluate and edit.
+"""/etc/default/grub and /etc/default/grub.d/*.cfg: parse, evaluate and edit; and what
+the next boot gets (grub.cfg, BLS entries, grubenv: ``next_boot``).
 
 Stdlib-only: this module also runs on nodes (shipped as
 ``ansible.module_utils.lingbot_fleet.grub``).

@@ -21,3 +21,10 @@ def test_iommu_passthrough_and_numa_known(host):
     assert types and set(types) == {"identity"}
     numa = host.run("cat /sys/bus/pci/devices/*/numa_node").stdout.split()
     assert numa and "-1" not in numa
+
+
+def test_next_boot_is_the_running_kernel(host):
+    """grub.cfg's default entry boots what runs: no reboot is left pending."""
+    linux = host.run("grep -m1 -P '^\\s*linux\\s' /boot/grub/grub.cfg").stdout.split()
+    running = host.file("/proc/cmdline").content_string.split()
+    assert sorted(linux[2:]) == sorted(w for w in running if not w.startswith("BOOT_IMAGE="))

@@ -8,35 +8,48 @@ DOCUMENTATION = r"""
 module: kernel_cmdline
 short_description: Keep kernel parameters present or absent in the boot configuration
 description:
-  - Makes the configured kernel command line follow a policy of parameters that must be
-    present (with a value, or as a bare flag) and parameters that must be absent.
-  - Debian family (C(bootloader=grub_d)) - the parameters to add live in one drop-in owned
-    by the toolkit, C(/etc/default/grub.d/<dropin_name>.cfg), which appends them to
-    C(GRUB_CMDLINE_LINUX). Unwanted parameters are removed wherever they are set in
+  - Makes the kernel command line of the next boot follow a policy of parameters that
+    must be present (with a value, or as a bare flag) and parameters that must be absent.
+    One call reads the node, decides, writes, regenerates the boot configuration when
+    needed and reports; a node that already follows the policy is not touched.
+  - The boot loader family is found on the node when O(bootloader=auto) (see there).
+  - Debian family (C(grub_d)) - unwanted parameters are removed wherever they are set in
     C(GRUB_CMDLINE_LINUX) or C(GRUB_CMDLINE_LINUX_DEFAULT), in C(/etc/default/grub) and
-    in every other drop-in. Then C(update-grub) runs.
-  - RedHat family (C(bootloader=grubby)) - C(/etc/default/grub) is edited for future
-    kernels (missing parameters are appended to C(GRUB_CMDLINE_LINUX)), and
+    in every drop-in of C(/etc/default/grub.d). A present parameter that these files
+    already set is left where it is; the others go into one drop-in owned by the
+    toolkit, C(/etc/default/grub.d/<dropin_name>.cfg), which appends them to
+    C(GRUB_CMDLINE_LINUX) (no such parameter, no drop-in).
+  - Debian family - C(update-grub) runs when a file changed, and also when the default
+    entry of C(grub.cfg) does not boot what the grub files configure (a configured word
+    it lacks, or a parameter the policy wants absent), so a run that was interrupted
+    between the files and C(update-grub), or whose C(update-grub) failed, is finished by
+    the next one. Words grub-mkconfig's scripts add (C(root=), C(ro), Ubuntu's
+    C($vt_handoff)) do not count.
+  - RedHat family (C(grubby)) - C(/etc/default/grub) is edited for future kernels
+    (missing parameters are appended to C(GRUB_CMDLINE_LINUX)), and
     C(grubby --update-kernel=ALL --args/--remove-args) updates the installed kernels'
-    boot entries.
+    boot entries whenever C(grubby --info=ALL) shows an entry that does not follow the
+    policy.
   - Only the characters of the parameters that must change are edited; every other byte
     of a file stays as it was (comments, quoting, CRLF line ends).
   - Each changed file is checked before it lands (the module's own parse of the result
     must satisfy the policy, and C(sh -n) must accept it), written atomically, and its
-    previous version is saved: in the run's generation when O(generation_run_id) is
-    set (the generations role; a file that did not exist is recorded as absent, so a
-    rollback removes it), else under O(backup_dir).
-  - With O(generation_run_id) set on the RedHat family, the boot entries
-    (C(/boot/loader/entries/*.conf)) and C(grubenv) are recorded too before C(grubby)
-    changes them.
-  - The module runs C(update-grub) or C(grubby) itself, only when it changed something
-    and never in check mode, so that a reboot later in the same play boots the new
-    configuration.
+    previous version is saved first - in the run's generation when O(generation_run_id)
+    is set (a file that did not exist is recorded as absent, so a rollback removes it),
+    else under O(backup_dir). The boot entries and C(grubenv) that C(grubby) edits are
+    saved the same way before it runs.
+  - The next boot is read the way grub reads it - the default BLS entry when there are
+    BLS entries, else C(grub.cfg)'s default entry (C(GRUB_DEFAULT) as an index, id,
+    title, submenu path or C(saved), with C(saved_entry) and C(next_entry) from
+    C(grubenv)), with grub's variables expanded. A variable C(grubenv) defines takes that
+    value (C($kernelopts), C($tuned_params)); one that C(grub.cfg) sets to several values
+    is decided by grub's script at boot (C($vt_handoff)), and is taken as the running
+    boot took it, so it never makes a reboot pending.
   - O(verify=true) changes nothing; it checks the running kernel (C(/proc/cmdline), the
     IOMMU groups' type, the NUMA node of NVIDIA GPUs) and fails with the evidence when
     the policy is not in effect.
   - C(reboot_required) compares the policy with C(/proc/cmdline), never with the grub
-    files.
+    files. The state is also returned as facts (C(kernel_cmdline_*)).
 version_added: "0.1.0"
 author:
   - lingbot-fleet
@@ -65,8 +78,13 @@ options:
     default: false
   bootloader:
     description:
-      - C(grub_d) for the Debian family, C(grubby) for the RedHat family; C(auto) picks
-        C(grubby) when C(/etc/redhat-release) exists, else C(grub_d).
+      - C(grub_d) for the Debian family, C(grubby) for the RedHat family.
+      - C(auto) decides on the node - C(grubby) when there are BLS entries
+        (C(/boot/loader/entries/*.conf)) and C(grubby) is installed; else by C(ID) and
+        C(ID_LIKE) of C(/etc/os-release) (C(debian), C(ubuntu) - C(grub_d); C(rhel),
+        C(centos), C(fedora) and their rebuilds - C(grubby)); else C(grubby) when
+        C(/etc/redhat-release) exists; else by the tool installed (C(update-grub), then
+        C(grubby)). The result is returned as RV(bootloader).
     type: str
     choices: [auto, grub_d, grubby]
     default: auto
@@ -77,14 +95,16 @@ options:
     default: lingbot-fleet
   update_bootloader:
     description:
-      - Run C(update-grub) (grub_d) or C(grubby) (grubby) when something changed. With
-        false the boot entries are left alone; C(reboot_required) still reports.
+      - Run C(update-grub) (grub_d) or C(grubby) (grubby) when the boot configuration must
+        follow. With false the boot entries are left alone; C(reboot_required) still
+        reports.
     type: bool
     default: true
   backup_dir:
     description:
       - Where the previous version of each changed file is saved, as
-        C(<backup_dir>/<timestamp>/<path of the file>).
+        C(<backup_dir>/<timestamp>/<path of the file>), when O(generation_run_id) is not
+        set.
     type: path
     default: /var/lib/lingbot-fleet/backup
   generation_run_id:
@@ -97,6 +117,12 @@ options:
     description: Where the generations live (the generations role's C(generations_dir)).
     type: path
     default: /var/lib/lingbot-fleet/generations
+  generations_live_runs:
+    description:
+      - The runs this controller still runs (C(generations_live_runs)); a node lock held by
+        another of this controller's runs that is not listed is taken over.
+    type: list
+    elements: str
   root:
     description:
       - Prefix for every path the module reads or writes, for image builds and tests.
@@ -121,6 +147,8 @@ options:
 attributes:
   check_mode:
     support: full
+    details: Reports every file and command a real run would change or run; writes,
+      records and runs nothing (read-only C(grubby --info=ALL) and C(sh -n) still run).
   diff_mode:
     support: full
 notes:
@@ -154,14 +182,55 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+changed:
+  description: Whether a file was (or in check mode would be) written or removed, or a
+    boot loader command run.
+  returned: always
+  type: bool
+actions:
+  description: One sentence per change or command, prefixed with C(would) in check mode.
+  returned: always
+  type: list
+  elements: str
+  sample: ["update /etc/default/grub", "create /etc/default/grub.d/lingbot-fleet.cfg",
+           "run update-grub"]
+changed_paths:
+  description: Files that were (or in check mode would be) written or removed.
+  returned: always
+  type: list
+  elements: str
+  sample: ["/etc/default/grub", "/etc/default/grub.d/lingbot-fleet.cfg"]
+backups:
+  description: Where the previous versions were saved (files of the run's pending
+    generation when generation_run_id is set, else under backup_dir).
+  returned: when a file that existed was changed, outside check mode
+  type: list
+  elements: str
+bootloader:
+  description: The boot loader family used, C(grub_d) or C(grubby).
+  returned: when verify is false
+  type: str
 configured:
-  description: The default boot entry's parameters after the change (from grub's
-    GRUB_CMDLINE_LINUX then GRUB_CMDLINE_LINUX_DEFAULT), or as they would be in check
-    mode.
+  description: The default boot entry's parameters as the grub files configure them
+    after the change (GRUB_CMDLINE_LINUX then GRUB_CMDLINE_LINUX_DEFAULT), or as they
+    would be in check mode.
   returned: when verify is false
   type: list
   elements: str
-  sample: ["console=ttyS0", "iommu=pt", "quiet"]
+  sample: ["iommu=pt", "quiet"]
+next_boot:
+  description: What the next boot gives the kernel (the default entry, grub's variables
+    expanded, without the image), read at the end of the run (in check mode, as it is
+    now); null when no default entry was found.
+  returned: when verify is false
+  type: list
+  elements: str
+  sample: ["root=UUID=6f1c2a4e-3b5d-4e8f-9a7b-0c1d2e3f4a5b", "ro", "iommu=pt", "quiet"]
+next_boot_source:
+  description: The file the default entry was read from (grub.cfg or a BLS entry).
+  returned: when verify is false
+  type: str
+  sample: /boot/grub/grub.cfg
 running:
   description: The running kernel's parameters, from /proc/cmdline.
   returned: always
@@ -183,24 +252,27 @@ unwanted_running:
   returned: always
   type: list
   elements: str
-files:
-  description: Paths that were (or in check mode would be) written or removed.
-  returned: when verify is false
-  type: list
-  elements: str
-  sample: ["/etc/default/grub", "/etc/default/grub.d/lingbot-fleet.cfg"]
-backups:
-  description: Where the previous versions were saved (in the run's open generation
-    when generation_run_id is set).
-  returned: when verify is false
-  type: list
-  elements: str
-commands:
-  description: Commands run (or that would run in check mode), as argument lists.
-  returned: when verify is false
-  type: list
-  elements: list
-  sample: [["/usr/sbin/update-grub"]]
+ansible_facts:
+  description: The state, as host facts for the rest of the play.
+  returned: always
+  type: dict
+  contains:
+    kernel_cmdline_reboot_required:
+      description: RV(reboot_required); false after a verification that passed.
+      type: bool
+    kernel_cmdline_configured:
+      description: RV(configured).
+      type: list
+      elements: str
+      returned: when verify is false
+    kernel_cmdline_running:
+      description: RV(running).
+      type: list
+      elements: str
+    lingbot_generation_pending:
+      description: The run id, when a file was recorded into the run's generation.
+      type: str
+      returned: when something was recorded
 evidence:
   description: In verify mode, what was read from the running kernel.
   returned: when verify is true
@@ -218,11 +290,8 @@ problems:
 
 import glob
 import os
-import shutil
-import tempfile
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
@@ -240,23 +309,24 @@ from ansible.module_utils.lingbot_fleet.cmdline import (
     split_words,
     strip_unwanted,
 )
-from ansible.module_utils.lingbot_fleet.generations import (
-    GenerationError,
-    pending_dir,
-    record_before,
-)
+from ansible.module_utils.lingbot_fleet.generations import GenerationError, pending_dir
 from ansible.module_utils.lingbot_fleet.grub import (
+    BLS_ENTRIES_DIR,
     DEFAULT_GRUB_PATH,
     GRUB_D_DIR,
     GrubEditError,
     GrubFile,
     GrubParseError,
     GrubPlan,
+    NextBoot,
+    next_boot,
+    next_boot_gaps,
     parse_grub_file,
     plan_default_grub,
     plan_grub_d,
     sourcing_order,
 )
+from ansible.module_utils.lingbot_fleet.nodefiles import NodeChanges, NodeFileError, run_command
 
 ARGUMENT_SPEC: dict[str, Any] = {
     "present": {"type": "dict", "default": {}},
@@ -268,15 +338,19 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "backup_dir": {"type": "path", "default": "/var/lib/lingbot-fleet/backup"},
     "generation_run_id": {"type": "str"},
     "generations_dir": {"type": "path", "default": "/var/lib/lingbot-fleet/generations"},
+    "generations_live_runs": {"type": "list", "elements": "str"},
     "root": {"type": "path", "default": "/"},
     "verify": {"type": "bool", "default": False},
     "verify_gpu_numa": {"type": "bool", "default": True},
 }
 
 NVIDIA_VENDOR_ID = "0x10de"
-BLS_ENTRIES_GLOB = "/boot/loader/entries/*.conf"
 GRUBENV_PATHS = ("/boot/grub2/grubenv", "/boot/grub/grubenv")
 DISPLAY_CLASS_PREFIX = "0x03"
+DEBIAN_IDS = frozenset({"debian", "ubuntu"})
+REDHAT_IDS = frozenset({"rhel", "centos", "fedora", "rocky", "almalinux", "ol", "amzn"})
+
+FindBin = Callable[[str], "str | None"]
 
 
 class ModuleError(Exception):
@@ -304,140 +378,6 @@ def read_optional(path: str) -> str | None:
         return None
 
 
-# --- the one place that changes anything -----------------------------------------
-
-
-Runner = Callable[[list[str], "str | None"], tuple[int, str, str]]
-Mover = Callable[[str, str], None]
-
-
-def default_mover(src: str, dest: str) -> None:
-    os.replace(src, dest)
-
-
-@dataclass
-class Actions:
-    """Records every change and performs it only outside check mode."""
-
-    root: str
-    check_mode: bool
-    backup_dir: str
-    runner: Runner
-    mover: Mover = default_mover
-    stamp: str = field(default_factory=lambda: time.strftime("%Y%m%dT%H%M%S"))
-    files: list[str] = field(default_factory=list)
-    backups: list[str] = field(default_factory=list)
-    commands: list[list[str]] = field(default_factory=list)
-    diffs: list[dict[str, str]] = field(default_factory=list)
-    sh_path: str | None = None
-    generation_run_id: str | None = None
-    generations_dir: str = "/var/lib/lingbot-fleet/generations"
-
-    def record(self, paths: list[str]) -> None:
-        """Record the paths in the run's generation (outside check mode)."""
-        if self.check_mode or self.generation_run_id is None or not paths:
-            return
-        run_dir = pending_dir(self.generations_dir, self.generation_run_id, self.root)
-        for path in record_before(self.generations_dir, self.generation_run_id, paths, self.root):
-            saved = os.path.join(run_dir, "files", path.lstrip("/"))
-            if os.path.exists(saved):
-                self.backups.append(saved)
-
-    def _backup(self, path: str) -> None:
-        if self.generation_run_id is not None:
-            self.record([path])
-            return
-        source = on_root(self.root, path)
-        if not os.path.exists(source):
-            return
-        saved = on_root(self.root, os.path.join(self.backup_dir, self.stamp, path.lstrip("/")))
-        self.backups.append(saved)
-        if self.check_mode:
-            return
-        os.makedirs(os.path.dirname(saved), mode=0o700, exist_ok=True)
-        shutil.copy2(source, saved)
-
-    def validate(self, path: str, text: str) -> None:
-        """Check new content with ``sh -n`` (read from stdin); writes nothing."""
-        if self.sh_path is None:
-            return
-        rc, out, err = self.runner([self.sh_path, "-n"], text)
-        if rc != 0:
-            raise ModuleError(
-                f"the new content of {path} fails 'sh -n' (shell syntax check); nothing "
-                "was written. Keep the file as it is and report this with the file "
-                "attached",
-                rc=rc,
-                stdout=out,
-                stderr=err,
-            )
-
-    def write(self, path: str, before: str | None, after: str) -> None:
-        self.files.append(path)
-        self.diffs.append(
-            {
-                "before_header": path if before is not None else "/dev/null",
-                "after_header": path,
-                "before": before or "",
-                "after": after,
-            }
-        )
-        if self.check_mode:
-            return
-        self._backup(path)
-        target = on_root(self.root, path)
-        os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
-        mode = os.stat(target).st_mode & 0o7777 if os.path.exists(target) else 0o644
-        fd, temp_path = tempfile.mkstemp(prefix=".lingbot-fleet.", dir=os.path.dirname(target))
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
-                f.write(after)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(temp_path, mode)
-            self.mover(temp_path, target)
-        finally:
-            if os.path.exists(temp_path):
-                os.unlink(temp_path)
-
-    def remove(self, path: str, before: str) -> None:
-        self.files.append(path)
-        self.diffs.append(
-            {"before_header": path, "after_header": "/dev/null", "before": before, "after": ""}
-        )
-        if self.check_mode:
-            return
-        self._backup(path)
-        os.unlink(on_root(self.root, path))
-
-    def run(self, argv: list[str]) -> None:
-        self.commands.append(argv)
-        if self.check_mode:
-            return
-        rc, out, err = self.runner(argv, None)
-        if rc != 0:
-            raise ModuleError(
-                f"{' '.join(argv)} failed with exit status {rc}; the grub defaults files "
-                "are already written (previous versions in backups). Fix the cause shown "
-                "in stderr and run again",
-                rc=rc,
-                stdout=out,
-                stderr=err,
-            )
-
-
-# --- reading the node --------------------------------------------------------------
-
-
-def read_grub_d_files(root: str) -> list[GrubFile]:
-    paths = []
-    if os.path.exists(on_root(root, DEFAULT_GRUB_PATH)):
-        paths.append(DEFAULT_GRUB_PATH)
-    for found in glob.glob(os.path.join(on_root(root, GRUB_D_DIR), "*.cfg")):
-        paths.append(os.path.join(GRUB_D_DIR, os.path.basename(found)))
-    return [parse_grub_file(path, read_text(on_root(root, path))) for path in sourcing_order(paths)]
-
-
 def read_running(root: str) -> str:
     text = read_optional(on_root(root, "/proc/cmdline"))
     if text is None:
@@ -459,12 +399,58 @@ def resolve_policy(params: dict[str, Any], root: str) -> CmdlinePolicy:
     return build_policy(present, params["absent"])
 
 
-def pick_bootloader(params: dict[str, Any], root: str) -> str:
-    if params["bootloader"] != "auto":
-        return params["bootloader"]
-    if os.path.exists(on_root(root, "/etc/redhat-release")):
+# --- which boot loader -------------------------------------------------------------
+
+
+def os_release_ids(root: str) -> list[str]:
+    """ID then ID_LIKE of /etc/os-release (or /usr/lib/os-release), lower case."""
+    for path in ("/etc/os-release", "/usr/lib/os-release"):
+        text = read_optional(on_root(root, path))
+        if text is None:
+            continue
+        values: dict[str, str] = {}
+        for line in text.splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                values[key.strip()] = value.strip().strip("'\"").lower()
+        return values.get("ID", "").split() + values.get("ID_LIKE", "").split()
+    return []
+
+
+def detect_bootloader(choice: str, root: str, find_bin: FindBin) -> str:
+    """grub_d or grubby: what this node boots from (see the bootloader option)."""
+    if choice != "auto":
+        return choice
+    if glob.glob(os.path.join(on_root(root, BLS_ENTRIES_DIR), "*.conf")) and find_bin("grubby"):
         return "grubby"
-    return "grub_d"
+    ids = os_release_ids(root)
+    if DEBIAN_IDS.intersection(ids):
+        return "grub_d"
+    if REDHAT_IDS.intersection(ids) or os.path.exists(on_root(root, "/etc/redhat-release")):
+        return "grubby"
+    if find_bin("update-grub"):
+        return "grub_d"
+    if find_bin("grubby"):
+        return "grubby"
+    raise ModuleError(
+        "cannot tell how this node boots: /etc/os-release names neither the Debian nor the "
+        f"RedHat family (ID and ID_LIKE: {' '.join(ids) or 'none'}), there are no BLS "
+        "entries and neither update-grub nor grubby is installed; nothing was written. Set "
+        "bootloader (kernel_cmdline_bootloader) to grub_d or grubby"
+    )
+
+
+def require_bin(find_bin: FindBin, bootloader: str) -> str:
+    command = "update-grub" if bootloader == "grub_d" else "grubby"
+    found = find_bin(command)
+    if found is None:
+        package = "grub2-common" if bootloader == "grub_d" else "grubby"
+        raise ModuleError(
+            f"{command} was not found on the node (searched PATH and the sbin "
+            f"directories); nothing was written. Install {package}, or set "
+            "update_bootloader to false to edit the files only"
+        )
+    return found
 
 
 # --- grubby (RedHat family) --------------------------------------------------------
@@ -515,7 +501,23 @@ def grubby_update_argv(
     return argv
 
 
-# --- the two modes -----------------------------------------------------------------
+def boot_entry_paths(root: str) -> list[str]:
+    """The files grubby edits: BLS entries and grubenv (node paths)."""
+    found = sorted(glob.glob(os.path.join(on_root(root, BLS_ENTRIES_DIR), "*.conf")))
+    paths = [os.path.join(BLS_ENTRIES_DIR, os.path.basename(p)) for p in found]
+    return paths + [p for p in GRUBENV_PATHS if os.path.isfile(on_root(root, p))]
+
+
+# --- writing the grub defaults files ------------------------------------------------
+
+
+def read_grub_d_files(root: str) -> list[GrubFile]:
+    paths = []
+    if os.path.exists(on_root(root, DEFAULT_GRUB_PATH)):
+        paths.append(DEFAULT_GRUB_PATH)
+    for found in glob.glob(os.path.join(on_root(root, GRUB_D_DIR), "*.cfg")):
+        paths.append(os.path.join(GRUB_D_DIR, os.path.basename(found)))
+    return [parse_grub_file(path, read_text(on_root(root, path))) for path in sourcing_order(paths)]
 
 
 def plan_files(bootloader: str, root: str, policy: CmdlinePolicy, dropin_name: str) -> GrubPlan:
@@ -532,84 +534,206 @@ def plan_files(bootloader: str, root: str, policy: CmdlinePolicy, dropin_name: s
     return plan_default_grub(parse_grub_file(DEFAULT_GRUB_PATH, text), policy)
 
 
-def configure(
-    params: dict[str, Any],
-    actions: Actions,
-    find_bin: Callable[[str], str | None],
-) -> dict[str, Any]:
+def shell_syntax_check(sh_path: str | None, path: str) -> Callable[[str], None] | None:
+    """A NodeChanges validator: ``sh -n`` on the new content (the temp file)."""
+    if sh_path is None:
+        return None
+
+    def validate(temp_path: str) -> None:
+        done = run_command([sh_path, "-n", temp_path], check=False)
+        if done.rc != 0:
+            raise NodeFileError(
+                f"the new content of {path} fails 'sh -n' (shell syntax check), so {path} "
+                f"was not written ({done.stderr.strip()}). Keep the file as it is and report "
+                "this with the file attached"
+            )
+
+    return validate
+
+
+def write_files(changes: NodeChanges, plan: GrubPlan, sh_path: str | None) -> None:
+    try:
+        for path, new_text in plan.new_texts.items():
+            write_one(changes, path, new_text, sh_path)
+    except NodeFileError as error:
+        written = [] if changes.check_mode else changes.changed_paths
+        where = f" Already written: {', '.join(written)}." if written else " Nothing was written."
+        raise ModuleError(f"{error}.{where}", changed=bool(written)) from error
+
+
+def write_one(changes: NodeChanges, path: str, new_text: str | None, sh_path: str | None) -> None:
+    """Write (or remove, for None) one grub defaults file, keeping its mode and owner."""
+    if new_text is None:
+        changes.remove_file(path)
+        return
+    mode, uid, gid = 0o644, 0, 0
+    if os.path.exists(changes.real(path)):
+        info = os.stat(changes.real(path))
+        mode, uid, gid = info.st_mode & 0o7777, info.st_uid, info.st_gid
+    changes.write_file(
+        path,
+        new_text.encode("utf-8", "surrogateescape"),
+        mode=mode,
+        owner=uid,
+        group=gid,
+        validate=shell_syntax_check(sh_path, path),
+    )
+
+
+# --- configure ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Job:
+    """One configure call: what was asked and what was read before anything changed."""
+
+    params: dict[str, Any]
+    changes: NodeChanges
+    find_bin: FindBin
+    policy: CmdlinePolicy
+    plan: GrubPlan
+    running_text: str
+    sh_path: str | None
+
+    @property
+    def root(self) -> str:
+        return self.params["root"]
+
+
+def configure(params: dict[str, Any], changes: NodeChanges, find_bin: FindBin) -> dict[str, Any]:
     """Bring the boot configuration in line with the policy; returns the result."""
     root = params["root"]
     policy = resolve_policy(params, root)
-    bootloader = pick_bootloader(params, root)
-    actions.sh_path = find_bin("sh")
-    update_path = None
-    if params["update_bootloader"]:
-        command = "update-grub" if bootloader == "grub_d" else "grubby"
-        update_path = find_bin(command)
-        if update_path is None:
-            package = "grub2-common" if bootloader == "grub_d" else "grubby"
+    bootloader = detect_bootloader(params["bootloader"], root, find_bin)
+    job = Job(
+        params=params,
+        changes=changes,
+        find_bin=find_bin,
+        policy=policy,
+        plan=plan_files(bootloader, root, policy, params["dropin_name"]),
+        running_text=read_running(root),
+        sh_path=find_bin("sh"),
+    )
+    boot = configure_grub_d(job) if bootloader == "grub_d" else configure_grubby(job)
+    return result_for(job, bootloader, boot)
+
+
+def configure_grub_d(job: Job) -> NextBoot:
+    """Files, then update-grub when they changed or grub.cfg does not boot them."""
+    changes = job.changes
+    boot = next_boot(job.root, job.running_text)
+    gaps = next_boot_gaps(boot, job.plan.configured, job.policy)
+    regenerate = job.params["update_bootloader"] and bool(job.plan.new_texts or gaps)
+    update_grub = require_bin(job.find_bin, "grub_d") if regenerate else None
+    write_files(changes, job.plan, job.sh_path)
+    if update_grub is None:
+        return boot
+    reason = f" (the default entry of {boot.source} {', '.join(gaps)})" if gaps else ""
+    try:
+        changes.run([update_grub], f"run update-grub{reason}")
+    except NodeFileError as error:
+        raise ModuleError(
+            f"{error}. The grub defaults files are written; grub.cfg is regenerated by the "
+            "next run. Fix the cause and run again",
+            changed=True,
+            changed_paths=changes.changed_paths,
+        ) from error
+    if changes.check_mode:
+        return boot
+    boot = next_boot(job.root, job.running_text)
+    gaps = next_boot_gaps(boot, job.plan.configured, job.policy)
+    if gaps:
+        raise ModuleError(
+            f"update-grub ran, but the default entry of {boot.source} ({boot.entry}) still "
+            f"{', '.join(gaps)}: grub does not boot what the grub defaults files configure. "
+            "Check GRUB_DEFAULT and the scripts in /etc/grub.d, then run again",
+            changed=True,
+            next_boot=list(boot.args or ()),
+        )
+    return boot
+
+
+def configure_grubby(job: Job) -> NextBoot:
+    """/etc/default/grub, then grubby when an installed kernel's entry misses the policy."""
+    changes = job.changes
+    argv = None
+    if job.params["update_bootloader"]:
+        grubby = require_bin(job.find_bin, "grubby")
+        info = run_command([grubby, "--info=ALL"], check=False)
+        if info.rc != 0:
             raise ModuleError(
-                f"{command} was not found on the node (searched PATH and the sbin "
-                f"directories); nothing was written. Install {package}, or set "
-                "update_bootloader to false to edit the files only"
-            )
-    running_text = read_running(root)
-    plan = plan_files(bootloader, root, policy, params["dropin_name"])
-    grubby_argv = None
-    if bootloader == "grubby" and update_path is not None:
-        rc, out, err = actions.runner([update_path, "--info=ALL"], None)
-        if rc != 0:
-            raise ModuleError(
-                f"{update_path} --info=ALL failed with exit status {rc}; nothing was written. "
+                f"{grubby} --info=ALL failed with exit status {info.rc}; nothing was written. "
                 "Check the boot entries under /boot/loader/entries",
-                rc=rc,
-                stdout=out,
-                stderr=err,
+                rc=info.rc,
+                stdout=info.stdout,
+                stderr=info.stderr,
             )
-        grubby_argv = grubby_update_argv(update_path, parse_grubby_info(out), policy)
-    for path, new_text in plan.new_texts.items():
-        if new_text is not None:
-            actions.validate(path, new_text)
-    # Every file goes into the run's generation before the first one is written.
-    actions.record(list(plan.new_texts))
-    for path, new_text in plan.new_texts.items():
-        before = read_optional(on_root(root, path))
-        if new_text is None:
-            actions.remove(path, before or "")
-        else:
-            actions.write(path, before, new_text)
-    if bootloader == "grub_d" and plan.new_texts and update_path is not None:
-        actions.run([update_path])
-    if grubby_argv is not None:
-        actions.record(boot_entry_paths(root))
-        actions.run(grubby_argv)
-    return result_for(policy, plan, running_text, actions)
+        argv = grubby_update_argv(grubby, parse_grubby_info(info.stdout), job.policy)
+    write_files(changes, job.plan, job.sh_path)
+    if argv is None:
+        return next_boot(job.root, job.running_text)
+    changes.record(boot_entry_paths(job.root))
+    try:
+        changes.run(argv, "run grubby " + " ".join(argv[1:]))
+    except NodeFileError as error:
+        raise ModuleError(
+            f"{error}. /etc/default/grub is written; the next run updates the boot entries "
+            "again. Fix the cause and run again",
+            changed=True,
+        ) from error
+    boot = next_boot(job.root, job.running_text)
+    if not changes.check_mode and boot.args is not None:
+        report = check_policy(parse_cmdline(" ".join(boot.args)), job.policy)
+        if not report.compliant:
+            problems = [f"lacks {p.render()}" for p in report.missing]
+            problems += [f"holds {p.render()}" for p in report.unwanted]
+            raise ModuleError(
+                f"grubby ran, but the default boot entry {boot.source} still "
+                f"{', '.join(problems)}. Check it with grubby --info=DEFAULT, then run again",
+                changed=True,
+            )
+    return boot
 
 
-def boot_entry_paths(root: str) -> list[str]:
-    """The files grubby edits: BLS entries and grubenv (node paths)."""
-    found = sorted(glob.glob(on_root(root, BLS_ENTRIES_GLOB)))
-    paths = [os.path.join(os.path.dirname(BLS_ENTRIES_GLOB), os.path.basename(p)) for p in found]
-    return paths + [p for p in GRUBENV_PATHS if os.path.isfile(on_root(root, p))]
+def result_for(job: Job, bootloader: str, boot: NextBoot) -> dict[str, Any]:
+    report = check_policy(parse_cmdline(job.running_text), job.policy)
+    params = job.params
+    result = job.changes.result()
+    if job.changes.recorded:
+        saved = os.path.join(
+            pending_dir(params["generations_dir"], params["generation_run_id"], job.root),
+            "files",
+        )
+        result["backups"] = [
+            os.path.join(saved, path.lstrip("/"))
+            for path in job.changes.recorded
+            if os.path.exists(os.path.join(saved, path.lstrip("/")))
+        ]
+    configured = [param.render() for param in job.plan.configured]
+    running = split_words(job.running_text)
+    result.update(
+        {
+            "bootloader": bootloader,
+            "configured": configured,
+            "next_boot": list(boot.args) if boot.args is not None else None,
+            "next_boot_source": boot.source,
+            "running": running,
+            "reboot_required": not report.compliant,
+            "missing_running": [param.render() for param in report.missing],
+            "unwanted_running": [param.render() for param in report.unwanted],
+        }
+    )
+    result.setdefault("ansible_facts", {}).update(
+        {
+            "kernel_cmdline_reboot_required": not report.compliant,
+            "kernel_cmdline_configured": configured,
+            "kernel_cmdline_running": running,
+        }
+    )
+    return result
 
 
-def result_for(
-    policy: CmdlinePolicy, plan: GrubPlan, running_text: str, actions: Actions
-) -> dict[str, Any]:
-    running = parse_cmdline(running_text)
-    report = check_policy(running, policy)
-    return {
-        "changed": bool(actions.files or actions.commands),
-        "configured": [param.render() for param in plan.configured],
-        "running": split_words(running_text),
-        "reboot_required": not report.compliant,
-        "missing_running": [param.render() for param in report.missing],
-        "unwanted_running": [param.render() for param in report.unwanted],
-        "files": actions.files,
-        "backups": actions.backups,
-        "commands": actions.commands,
-        "diff": actions.diffs,
-    }
+# --- verify ------------------------------------------------------------------------
 
 
 def read_sysfs_value(path: str) -> str | None:
@@ -682,9 +806,10 @@ def verify(params: dict[str, Any]) -> dict[str, Any]:
     evidence = collect_evidence(root)
     problems = verification_problems(policy, evidence, require_gpu_numa=params["verify_gpu_numa"])
     report = check_policy(parse_cmdline(evidence["cmdline"]), policy)
+    running = split_words(evidence["cmdline"])
     result = {
         "changed": False,
-        "running": split_words(evidence["cmdline"]),
+        "running": running,
         "missing_running": [param.render() for param in report.missing],
         "unwanted_running": [param.render() for param in report.unwanted],
         "evidence": evidence,
@@ -696,43 +821,36 @@ def verify(params: dict[str, Any]) -> dict[str, Any]:
             + "; ".join(problems),
             **result,
         )
+    result["ansible_facts"] = {
+        "kernel_cmdline_reboot_required": False,
+        "kernel_cmdline_running": running,
+    }
     return result
 
 
 def run_module() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    module.run_command_environ_update = {"LANG": "C", "LC_ALL": "C", "LC_MESSAGES": "C"}
-
-    def runner(argv: list[str], stdin_text: str | None) -> tuple[int, str, str]:
-        return module.run_command(argv, data=stdin_text, binary_data=True)
-
-    def mover(src: str, dest: str) -> None:
-        module.atomic_move(src, dest)
-
-    def find_bin(name: str) -> str | None:
-        return module.get_bin_path(name)
-
+    params = module.params
     try:
-        if module.params["verify"]:
-            result = verify(module.params)
+        if params["verify"]:
+            result = verify(params)
         else:
-            actions = Actions(
-                root=module.params["root"],
+            changes = NodeChanges(
                 check_mode=module.check_mode,
-                backup_dir=module.params["backup_dir"],
-                runner=runner,
-                mover=mover,
-                generation_run_id=module.params["generation_run_id"],
-                generations_dir=module.params["generations_dir"],
+                root=params["root"],
+                generations_dir=params["generations_dir"],
+                run_id=params["generation_run_id"],
+                live_runs=params["generations_live_runs"],
+                backup_dir=None if params["generation_run_id"] else params["backup_dir"],
             )
-            result = configure(module.params, actions, find_bin)
+            result = configure(params, changes, module.get_bin_path)
             if not module._diff:
                 result.pop("diff")
     except ModuleError as error:
         module.fail_json(msg=error.msg, **error.details)
-    except (PolicyError, GrubParseError, GrubEditError, GenerationError) as error:
+    except (PolicyError, GrubParseError, GrubEditError, GenerationError, NodeFileError) as error:
         message = str(error)
-        if "nothing was written" not in message:
+        if "nothing was written" not in message and "was not written" not in message:
             message += " Nothing was written."
         module.fail_json(msg=message)
     module.exit_json(**result)
