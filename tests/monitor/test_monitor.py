@@ -11,23 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from facts_support import LAB_LIB, REPO_ROOT, load_profile
+from facts_support import LAB_LIB, load_profile
 from monitor_support import boot, monitor_config, pair_labels, samples, write_plan
 
-from lingbot_fleet import monitor
-from lingbot_fleet.monitor import (
-    MonitorConfig,
-    MonitorConfigError,
-    PairVerdict,
-    UsedPair,
-    escape_label_value,
-    journal_lines,
-    judge_pair,
-    log,
-    render_metrics,
-    run_monitor,
-    write_atomically,
-)
+from lingbot_fleet import nodeapp
+from lingbot_fleet.monitor import cli, metrics
+from lingbot_fleet.monitor.cli import journal_lines, log
+from lingbot_fleet.monitor.config import MonitorConfig, MonitorConfigError
+from lingbot_fleet.monitor.judge import PairVerdict, UsedPair, judge_pair
+from lingbot_fleet.monitor.metrics import escape_label_value, render_metrics, write_textfile
+from lingbot_fleet.monitor.run import probe_parameters, run_monitor
 from lingbot_fleet.plan import build_plan
 
 PT_CMDLINE = "BOOT_IMAGE=/boot/vmlinuz-6.1.0 ro quiet intel_iommu=on iommu=pt"
@@ -263,22 +256,14 @@ def test_unreadable_plan_is_an_error_finding(tmp_path: Path, lab_env: Any) -> No
 # ---- the command line --------------------------------------------------------------------
 
 
-def install_like_the_role(destination: Path) -> Path:
-    """Copy the modules the role installs (vars/main.yml) into destination/lingbot_fleet."""
-    import yaml
-
-    variables = yaml.safe_load((REPO_ROOT / "roles/topo_monitor/vars/main.yml").read_text())
-    for module in variables["__topo_monitor_modules"]:
-        target = destination / "lingbot_fleet" / module
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes((REPO_ROOT / "python/lingbot_fleet" / module).read_bytes())
+def build_like_the_role(destination: Path) -> Path:
+    """The zipapp the role installs, built from the installed package."""
+    destination.write_bytes(nodeapp.build(interpreter=sys.executable))
     return destination
 
 
-def test_cli_runs_from_the_installed_modules_without_site_packages(
-    tmp_path: Path, lab_env: Any
-) -> None:
-    """python -S: no venv packages; only the role's module list on PYTHONPATH."""
+def test_cli_runs_from_the_zipapp_without_site_packages(tmp_path: Path, lab_env: Any) -> None:
+    """python -S, no PYTHONPATH: the venv and the source tree are out of reach."""
     booted = boot(load_profile("a6000-phb"), tmp_path / "boot", lab_env)
     write_plan(tmp_path, build_plan(booted.facts(), booted.probe()))
     config = monitor_config(booted, tmp_path)
@@ -286,16 +271,15 @@ def test_cli_runs_from_the_installed_modules_without_site_packages(
     raw = {key: list(value) if isinstance(value, tuple) else value for key, value in raw.items()}
     config_path = tmp_path / "monitor.json"
     config_path.write_text(json.dumps(raw, default=dict))
-    lib = install_like_the_role(tmp_path / "lib")
+    app = build_like_the_role(tmp_path / "lingbot-fleet-monitor")
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "PYTHONPATH": str(lib),
         "LINGBOT_LAB_ROOT": str(booted.node.lab_root),
         "LINGBOT_LAB_LIB": str(LAB_LIB),
         "JOURNAL_STREAM": "8:1234",
     }
 
-    command = [sys.executable, "-S", "-m", "lingbot_fleet.monitor"]
+    command = [sys.executable, "-S", str(app)]
     result = subprocess.run(
         [*command, "--config", str(config_path)],
         env=env,
@@ -322,13 +306,13 @@ def test_cli_runs_from_the_installed_modules_without_site_packages(
 def test_cli_refuses_a_bad_configuration(tmp_path: Path, capsys: Any) -> None:
     config_path = tmp_path / "monitor.json"
     config_path.write_text(json.dumps({"consecutive_run": 3}))
-    assert monitor.main(["--config", str(config_path)]) == monitor.EXIT_CONFIG
+    assert cli.main(["--config", str(config_path)]) == cli.EXIT_CONFIG
     error = capsys.readouterr().err
     assert error.startswith(
         f"lingbot-fleet-monitor: configuration {config_path}: unknown configuration key(s) "
         "consecutive_run; known keys: auto_fallback, "
     )
-    assert monitor.main(["--config", str(tmp_path / "missing.json")]) == monitor.EXIT_CONFIG
+    assert cli.main(["--config", str(tmp_path / "missing.json")]) == cli.EXIT_CONFIG
     assert "cannot read: No such file or directory; run the topo_monitor role" in (
         capsys.readouterr().err
     )
@@ -346,7 +330,7 @@ def test_cli_reports_an_unwritable_textfile_directory(
     raw |= {"root": config.root, "use_nvml": False, "nvidia_smi": list(config.nvidia_smi)}
     raw |= {"cuda_library": config.cuda_library, "plan_path": config.plan_path}
     config_path.write_text(json.dumps(raw))
-    assert monitor.main(["--config", str(config_path)]) == monitor.EXIT_WRITE
+    assert cli.main(["--config", str(config_path)]) == cli.EXIT_WRITE
     assert "check that the state and textfile directories exist and are writable" in (
         capsys.readouterr().err
     )
@@ -391,7 +375,7 @@ def test_configuration_defaults() -> None:
     assert config.auto_fallback is False
     assert config.textfile_dir == "/var/lib/prometheus/node-exporter"
     assert config.state_dir == "/var/lib/lingbot-fleet/monitor"
-    assert config.probe_parameters(((0, 1),)).size_bytes == 16 << 20
+    assert probe_parameters(config, ((0, 1),)).size_bytes == 16 << 20
 
 
 # ---- judging without a node --------------------------------------------------------------
@@ -495,16 +479,17 @@ def test_every_family_has_help_and_type_lines() -> None:
         {"plan_drift": [({}, 2)], "p2p_latency_ns": [({"src": "0", "dst": "1"}, 1.5e3)]}
     )
     families = {family.name: family for family in text_string_to_metric_families(text)}
-    assert set(families) == {f"lingbot_fleet_{name}" for name in monitor.METRICS}
+    assert set(families) == {f"lingbot_fleet_{name}" for name in metrics.METRICS}
     assert all(family.type == "gauge" and family.documentation for family in families.values())
     assert "lingbot_fleet_plan_drift 2\n" in text
     assert 'lingbot_fleet_p2p_latency_ns{src="0",dst="1"} 1500\n' in text
 
 
-def test_write_atomically_renames_a_temp_file_of_the_same_directory(
+def test_textfile_is_renamed_from_a_hidden_temp_file_of_the_same_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    target = tmp_path / "textfile" / "lingbot_fleet_monitor.prom"
+    """node_exporter reads *.prom: it must never see a half-written one."""
+    directory = tmp_path / "textfile"
     renames: list[tuple[str, str]] = []
     real_replace = os.replace
 
@@ -514,18 +499,18 @@ def test_write_atomically_renames_a_temp_file_of_the_same_directory(
         real_replace(source, destination)
 
     monkeypatch.setattr(os, "replace", spy)
-    write_atomically(target, "new\n")
+    path = write_textfile(str(directory), "lingbot_fleet_monitor.prom", "new\n")
 
     ((source, destination),) = renames
-    assert Path(source).parent == target.parent
+    assert Path(source).parent == directory
     assert Path(source).name.startswith(".lingbot_fleet_monitor.prom.")
     assert Path(source).name.endswith(".tmp")
-    assert destination == str(target)
-    assert target.read_text() == "new\n"
-    assert oct(target.stat().st_mode & 0o777) == "0o644"
+    assert destination == path == str(directory / "lingbot_fleet_monitor.prom")
+    assert Path(path).read_text() == "new\n"
+    assert oct(Path(path).stat().st_mode & 0o777) == "0o644"
 
 
-def test_failed_write_keeps_the_old_file_and_leaves_no_temp(
+def test_failed_textfile_write_keeps_the_old_file_and_leaves_no_temp(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     target = tmp_path / "lingbot_fleet_monitor.prom"
@@ -536,7 +521,7 @@ def test_failed_write_keeps_the_old_file_and_leaves_no_temp(
 
     monkeypatch.setattr(os, "replace", refuse)
     with pytest.raises(OSError):
-        write_atomically(target, "new\n")
+        write_textfile(str(tmp_path), target.name, "new\n")
     assert target.read_text() == "old\n"
     assert [path.name for path in tmp_path.iterdir()] == ["lingbot_fleet_monitor.prom"]
 

@@ -1,11 +1,14 @@
-"""The topo_monitor role: the modules it installs, its rendered files, check mode."""
+"""The topo_monitor role on localhost: one module call, check mode, idempotence, refusals.
+
+Runs the real role (action plugin, module, systemd-analyze) against a temp tree; systemctl
+is a stand-in that keeps the timer's state in files.
+"""
 
 from __future__ import annotations
 
-import ast
+import hashlib
 import json
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -15,95 +18,102 @@ from typing import Any
 import pytest
 import yaml
 
-from lingbot_fleet.monitor import MonitorConfig
+from lingbot_fleet import nodeapp
+from lingbot_fleet.monitor.config import load_config
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGE = REPO / "python" / "lingbot_fleet"
 ROLE = REPO / "roles" / "topo_monitor"
-ROLE_VARS = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
-# Optional on the nodes and imported lazily (facts.nvml.load_pynvml).
-OPTIONAL_IMPORTS = {"pynvml"}
+SERVICE = "lingbot-fleet-monitor.service"
+TIMER = "lingbot-fleet-monitor.timer"
+
+needs_systemd_analyze = pytest.mark.skipif(
+    shutil.which("systemd-analyze") is None, reason="no systemd-analyze"
+)
+
+FAKE_SYSTEMCTL = """#!/bin/sh
+# Stand-in for systemctl on a host without systemd: logs each call and keeps the timer's
+# enabled and active state as files in $SYSTEMCTL_STATE.
+echo "$*" >> "$SYSTEMCTL_LOG"
+case "$1" in
+  show)
+    if [ -e "$SYSTEMCTL_STATE/enabled" ]; then file=enabled; else file=disabled; fi
+    if [ -e "$SYSTEMCTL_STATE/active" ]; then active=active; else active=inactive; fi
+    printf 'LoadState=loaded\\nUnitFileState=%s\\nActiveState=%s\\n' "$file" "$active" ;;
+  enable) touch "$SYSTEMCTL_STATE/enabled" ;;
+  start|restart) touch "$SYSTEMCTL_STATE/active" ;;
+esac
+exit 0
+"""
 
 
-def module_file(name: str) -> Path:
-    """'lingbot_fleet.facts.smi' -> python/lingbot_fleet/facts/smi.py (or the package's)."""
-    path = PACKAGE.parent.joinpath(*name.split("."))
-    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+class Node:
+    """A temp tree standing in for the node, and ansible-playbook runs against it."""
 
-
-def imports_of(path: Path, package: str) -> tuple[set[str], set[str]]:
-    """(lingbot_fleet modules, other top-level modules) imported anywhere in the file."""
-    ours: set[str] = set()
-    others: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                target = ours if alias.name.startswith("lingbot_fleet") else others
-                target.add(alias.name if target is ours else alias.name.split(".")[0])
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                module = ".".join(base + ([node.module] if node.module else []))
-                ours.add(module)
-                for alias in node.names:
-                    if module_file(f"{module}.{alias.name}").exists():
-                        ours.add(f"{module}.{alias.name}")
-            elif node.module and node.module.startswith("lingbot_fleet"):
-                ours.add(node.module)
-            elif node.module and node.module != "__future__":
-                others.add(node.module.split(".")[0])
-    return ours, others
-
-
-def import_closure(start: str) -> tuple[set[Path], set[str]]:
-    """Every lingbot_fleet file `start` needs (with its packages' __init__), other imports."""
-    seen: set[Path] = set()
-    others: set[str] = set()
-    todo = [start]
-    while todo:
-        name = todo.pop()
-        parts = name.split(".")
-        for depth in range(1, len(parts)):
-            todo_init = module_file(".".join(parts[:depth]))
-            if todo_init not in seen:
-                todo.append(".".join(parts[:depth]))
-        path = module_file(name)
-        if path in seen:
-            continue
-        seen.add(path)
-        package = name if path.name == "__init__.py" else ".".join(parts[:-1])
-        ours, theirs = imports_of(path, package)
-        others |= theirs
-        todo.extend(ours)
-    return seen, others
-
-
-def test_the_installed_modules_are_exactly_what_the_monitor_imports() -> None:
-    files, _others = import_closure("lingbot_fleet.monitor")
-    needed = sorted(str(path.relative_to(PACKAGE)) for path in files)
-    assert ROLE_VARS["__topo_monitor_modules"] == needed
-
-
-def test_the_installed_modules_need_only_the_standard_library() -> None:
-    _files, others = import_closure("lingbot_fleet.monitor")
-    outside = others - set(sys.stdlib_module_names) - OPTIONAL_IMPORTS
-    assert outside == set()
-
-
-# ---- rendering the role's files --------------------------------------------------------
-
-
-def ansible_env(tmp_path: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        {
-            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-            "ANSIBLE_NOCOLOR": "1",
-            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
-            "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp = tmp_path
+        self.root = tmp_path / "node"
+        self.root.mkdir()
+        self.generations = tmp_path / "generations"
+        self.bin = tmp_path / "bin"
+        self.bin.mkdir()
+        (self.bin / "systemctl").write_text(FAKE_SYSTEMCTL)
+        (self.bin / "systemctl").chmod(0o755)
+        self.state = tmp_path / "systemctl-state"
+        self.state.mkdir()
+        self.log = tmp_path / "systemctl.log"
+        self.variables: dict[str, Any] = {
+            "__topo_monitor_app": str(self.app),
+            "__topo_monitor_config_path": str(self.config),
+            "__topo_monitor_state_dir": str(self.root / "state"),
+            "__topo_monitor_unit_dir": str(self.root / "units"),
+            "__topo_monitor_obsolete_paths": [str(self.root / "opt" / "lib")],
+            "topo_monitor_textfile_dir": str(self.root / "textfile"),
+            "topo_monitor_python": sys.executable,
+            "topo_monitor_extra_writable_paths": ["/run/lingbot-lab"],
+            "generations_dir": str(self.generations),
         }
-    )
-    return env
+
+    @property
+    def app(self) -> Path:
+        return self.root / "sbin" / "lingbot-fleet-monitor"
+
+    @property
+    def config(self) -> Path:
+        return self.root / "etc" / "monitor.json"
+
+    def unit(self, name: str) -> Path:
+        return self.root / "units" / name
+
+    def files(self) -> list[str]:
+        return sorted(str(path.relative_to(self.root)) for path in self.root.rglob("*"))
+
+    def calls(self) -> list[str]:
+        return self.log.read_text().splitlines() if self.log.exists() else []
+
+    def play(
+        self, *options: str, run_id: str | None = None, commit: bool = True, **variables: Any
+    ) -> subprocess.CompletedProcess[str]:
+        """Open a generation, run the role, commit (unless ``commit`` is false)."""
+        play = [
+            {"name": "Open", "hosts": "localhost", "gather_facts": False, "roles": ["generations"]},
+            {
+                "name": "Monitor",
+                "hosts": "localhost",
+                "gather_facts": False,
+                "roles": ["topo_monitor"],
+            },
+        ]
+        return run_playbook(
+            self.tmp,
+            play,
+            {**self.variables, **({"generations_run_id": run_id} if run_id else {}), **variables},
+            *options,
+            environment={
+                "PATH": f"{self.bin}:{os.environ.get('PATH', '')}",
+                "SYSTEMCTL_LOG": str(self.log),
+                "SYSTEMCTL_STATE": str(self.state),
+            },
+        )
 
 
 def run_playbook(
@@ -114,20 +124,8 @@ def run_playbook(
     environment: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     inventory = tmp_path / "hosts.yml"
-    inventory.write_text(
-        json.dumps(
-            {
-                "all": {
-                    "hosts": {
-                        "localhost": {
-                            "ansible_connection": "local",
-                            "ansible_python_interpreter": sys.executable,
-                        }
-                    }
-                }
-            }
-        )
-    )
+    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inventory.write_text(json.dumps({"all": {"hosts": {"localhost": host}}}))
     playbook = tmp_path / "play.yml"
     playbook.write_text(yaml.safe_dump(play))
     (tmp_path / "extra.json").write_text(json.dumps(extra_vars))
@@ -140,240 +138,179 @@ def run_playbook(
         f"@{tmp_path / 'extra.json'}",
         *options,
     ]
-    return subprocess.run(
-        argv,
-        check=False,
-        env={**ansible_env(tmp_path), **(environment or {})},
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-@pytest.fixture
-def rendered(tmp_path: Path) -> Path:
-    """The role's config, units and launcher rendered from its defaults and vars."""
-    out = tmp_path / "out"
-    (out / "units").mkdir(parents=True)
-    tasks: list[dict[str, Any]] = [
-        {
-            "name": "Render the configuration",
-            "ansible.builtin.copy": {
-                "content": "{{ __topo_monitor_config | to_nice_json(sort_keys=true) }}\n",
-                "dest": str(out / "monitor.json"),
-                "mode": "0644",
-            },
-        },
-        {
-            "name": "Render the launcher",
-            "ansible.builtin.template": {
-                "src": str(ROLE / "templates" / "lingbot-fleet-monitor.sh.j2"),
-                "dest": str(out / "lingbot-fleet-monitor"),
-                "mode": "0755",
-            },
-        },
-    ]
-    for unit in ("lingbot-fleet-monitor.service", "lingbot-fleet-monitor.timer"):
-        tasks.append(
-            {
-                "name": f"Render {unit}",
-                "ansible.builtin.template": {
-                    "src": str(ROLE / "templates" / f"{unit}.j2"),
-                    "dest": str(out / "units" / unit),
-                    "mode": "0644",
-                },
-            }
-        )
-    play = [
-        {
-            "name": "Render the topo_monitor files",
-            "hosts": "localhost",
-            "gather_facts": False,
-            "vars_files": [str(ROLE / "defaults" / "main.yml"), str(ROLE / "vars" / "main.yml")],
-            "tasks": tasks,
-        }
-    ]
-    extra = {
-        "role_path": str(ROLE),
-        "__topo_monitor_launcher": str(out / "lingbot-fleet-monitor"),
-        "__topo_monitor_lib_dir": str(tmp_path / "lib"),
-        "topo_monitor_extra_writable_paths": ["/run/lingbot-lab"],
-        "gpu_checks_expected_links": {"NVIDIA RTX A6000": {"gen": 4, "width": 16}},
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
+        "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
+        **(environment or {}),
     }
-    done = run_playbook(tmp_path, play, extra)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return out
-
-
-def test_rendered_configuration_is_accepted_by_the_monitor(rendered: Path) -> None:
-    raw = json.loads((rendered / "monitor.json").read_text())
-    config = MonitorConfig.from_mapping(raw)
-    assert raw["size_mib"] == 16 and raw["consecutive_runs"] == 3
-    assert raw["time_budget_s"] == 30.0
-    assert raw["auto_fallback"] is False
-    assert raw["nvidia_smi"] == ["nvidia-smi"]
-    assert raw["nvml_python_path"] == ["/opt/lingbot-fleet/venv/lib/python3*/site-packages"]
-    assert config.expected_links == {"NVIDIA RTX A6000": {"gen": 4, "width": 16}}
-    assert config.plan_path == "/etc/lingbot/plan.json"
-    assert config.textfile_dir == "/var/lib/prometheus/node-exporter"
-    assert config.state_dir == "/var/lib/lingbot-fleet/monitor"
-
-
-def test_rendered_units(rendered: Path) -> None:
-    service = (rendered / "units" / "lingbot-fleet-monitor.service").read_text()
-    timer = (rendered / "units" / "lingbot-fleet-monitor.timer").read_text()
-    assert "\nType=oneshot\n" in service
-    assert f"\nExecStart={rendered / 'lingbot-fleet-monitor'}\n" in service
-    assert "\nNice=10\n" in service and "\nIOSchedulingClass=idle\n" in service
-    assert (
-        "\nReadWritePaths=/var/lib/lingbot-fleet/monitor /var/lib/prometheus/node-exporter "
-        "-/run/lingbot-lab\n"
-    ) in service
-    assert "\nOnBootSec=2min\nOnUnitActiveSec=5min\nRandomizedDelaySec=30s\n" in timer
-    assert "\nUnit=lingbot-fleet-monitor.service\n" in timer
-    assert "\nWantedBy=timers.target\n" in timer
-    launcher = (rendered / "lingbot-fleet-monitor").read_text()
-    assert launcher.startswith("#!/bin/sh\n")
-    assert launcher.rstrip().endswith(
-        "exec /usr/bin/python3 -m lingbot_fleet.monitor --config "
-        '/etc/lingbot-fleet/monitor.json "$@"'
-    )
-
-
-def verify(unit_file: Path, unit_name: str) -> subprocess.CompletedProcess[str]:
-    """The role's validate command, filled in the way Ansible does (Python's %)."""
-    command = ROLE_VARS["__topo_monitor_verify_command"] + " " + unit_name
     return subprocess.run(
-        shlex.split(command % str(unit_file)), capture_output=True, text=True, check=False
+        argv, check=False, env=env, cwd=REPO, capture_output=True, text=True, timeout=300
     )
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
-def test_units_pass_the_roles_verification_and_a_broken_one_does_not(rendered: Path) -> None:
-    service = rendered / "units" / "lingbot-fleet-monitor.service"
-    # The temp file Ansible validates has no unit suffix; the command names it.
-    candidate = rendered / "source"
-    shutil.copy(service, candidate)
-    done = verify(candidate, "lingbot-fleet-monitor.service")
+def recap(done: subprocess.CompletedProcess[str]) -> str:
     assert done.returncode == 0, done.stdout + done.stderr
-    candidate.write_text(service.read_text().replace("Nice=10", "Nicety=10"))
-    done = verify(candidate, "lingbot-fleet-monitor.service")
+    return done.stdout.split("PLAY RECAP")[1]
+
+
+def uploads(done: subprocess.CompletedProcess[str]) -> list[str]:
+    """The zipapp uploads of the run (the local connection logs every PUT at -vvv)."""
+    return [
+        line
+        for line in done.stdout.splitlines()
+        if line.startswith("<localhost> PUT ") and line.endswith("/lingbot-fleet-monitor.pyz")
+    ]
+
+
+def obsolete_tree(node: Node) -> list[Path]:
+    """What the role installed before the zipapp: modules copied one by one."""
+    files = [
+        node.root / "opt/lib/lingbot_fleet/__init__.py",
+        node.root / "opt/lib/lingbot_fleet/facts/smi.py",
+        node.root / "opt/lib/lingbot_fleet/__pycache__/__init__.cpython-311.pyc",
+    ]
+    for path in files:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"# {path.name}\n")
+    return files
+
+
+@needs_systemd_analyze
+def test_first_run_installs_and_records_everything_second_run_touches_nothing(
+    tmp_path: Path,
+) -> None:
+    node = Node(tmp_path)
+    old = obsolete_tree(node)
+
+    first = node.play("-vvv", run_id="run-1", commit=False)
+    assert "changed=1" in recap(first)
+    assert len(uploads(first)) == 1
+    assert node.app.read_bytes() == nodeapp.build(interpreter=sys.executable)
+    assert oct(node.app.stat().st_mode & 0o777) == "0o755"
+    config = load_config(node.config)
+    assert (config.consecutive_runs, config.size_mib) == (3, 16)
+    assert config.textfile_dir == str(node.root / "textfile")
+    service = node.unit(SERVICE).read_text()
+    assert f"\nExecStart={sys.executable} {node.app} --config {node.config}\n" in service
+    assert f"\nReadWritePaths={node.root}/state {node.root}/textfile -/run/lingbot-lab\n" in (
+        service
+    )
+    assert "\nOnUnitActiveSec=5min\n" in node.unit(TIMER).read_text()
+    for directory in ("state", "textfile", "etc"):
+        assert (node.root / directory).is_dir()
+    assert not (node.root / "opt" / "lib").exists()
+    assert node.calls() == [
+        "daemon-reload",
+        f"show --property=LoadState --property=UnitFileState --property=ActiveState {TIMER}",
+        f"enable {TIMER}",
+        f"start {TIMER}",
+    ]
+    manifest = json.loads((node.generations / "pending/run-1/manifest.json").read_text())
+    recorded = {entry["path"] for entry in manifest["files"]}
+    assert recorded == {
+        str(node.app),
+        str(node.config),
+        str(node.unit(SERVICE)),
+        str(node.unit(TIMER)),
+        *(str(path) for path in old),
+    }
+
+    node.log.unlink()
+    second = node.play("-vvv", run_id="run-2")
+    assert "changed=0" in recap(second)
+    assert uploads(second) == []
+    # One module call: the only command it ran is the read-only systemctl show.
+    assert second.stdout.count("Using module file") == 1
+    assert [call.split()[0] for call in node.calls()] == ["show"]
+    assert not (node.generations / "pending" / "run-2").exists()
+
+
+@needs_systemd_analyze
+def test_a_changed_interval_rewrites_the_timer_and_restarts_it(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    recap(node.play())
+    node.log.unlink()
+    app = node.app.stat().st_mtime_ns
+
+    done = node.play("-vvv", topo_monitor_interval="10min")
+    assert "changed=1" in recap(done)
+    assert "\nOnUnitActiveSec=10min\n" in node.unit(TIMER).read_text()
+    assert node.app.stat().st_mtime_ns == app and uploads(done) == []
+    assert [call.split()[0] for call in node.calls()] == ["daemon-reload", "show", "restart"]
+
+
+@needs_systemd_analyze
+def test_check_mode_writes_nothing_and_shows_every_change(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    obsolete_tree(node)
+    before = node.files()
+
+    done = node.play("--check", "--diff", "-vvv")
+    assert "changed=1" in recap(done)
+    assert node.files() == before
+    assert not node.generations.exists()
+    assert uploads(done) == []
+    assert [call.split()[0] for call in node.calls()] == ["show"]
+    out = done.stdout
+    for sentence in (
+        f"would create {node.app}",
+        f"would create {node.config}",
+        f"would create {node.unit(SERVICE)}",
+        f"would create the directory {node.root}/state",
+        f"would remove the directory {node.root}/opt/lib",
+        "would reload the systemd units",
+        f"would enable {TIMER}",
+        f"would start {TIMER}",
+    ):
+        assert sentence in out
+    checksum = hashlib.sha256(nodeapp.build(interpreter=sys.executable)).hexdigest()
+    assert f"+(zipapp, sha256 {checksum})" in out
+    assert '+    "consecutive_runs": 3,' in out
+    assert f"+{node.root}/opt/lib/lingbot_fleet/facts/smi.py" not in out  # listed, not diffed
+    assert f"-{node.root}/opt/lib/lingbot_fleet/facts/smi.py" in out
+
+
+@needs_systemd_analyze
+def test_check_mode_after_a_config_change_shows_it_and_writes_nothing(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    recap(node.play())
+    config = node.config.read_text()
+
+    done = node.play("--check", "--diff", topo_monitor_consecutive_runs=5)
+    assert "changed=1" in recap(done)
+    assert '-    "consecutive_runs": 3,\n+    "consecutive_runs": 5,' in done.stdout
+    assert node.config.read_text() == config
+
+
+def test_a_configuration_the_monitor_refuses_fails_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    node = Node(tmp_path)
+    done = node.play(topo_monitor_size_mib=0)
     assert done.returncode != 0
-    assert "Unknown key 'Nicety' in section [Service]" in done.stdout
+    assert (
+        f"configuration {node.config}: size_mib must be at least 1, not 0; nothing was written"
+    ) in done.stdout
+    assert node.files() == []
+
+
+@needs_systemd_analyze
+def test_units_systemd_refuses_are_not_written(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    done = node.play(topo_monitor_interval="5 fortnights")
+    assert done.returncode != 0
+    assert "systemd-analyze verify refused the monitor's units; nothing was written" in done.stdout
+    assert "lingbot-fleet-monitor.timer:" in done.stdout
+    assert node.files() == []
 
 
 def test_role_syntax(tmp_path: Path) -> None:
     play = [{"name": "Monitor", "hosts": "localhost", "roles": ["topo_monitor"]}]
     done = run_playbook(tmp_path, play, {}, "--syntax-check")
     assert done.returncode == 0, done.stdout + done.stderr
-
-
-def test_check_mode_writes_nothing_and_reports_every_change(tmp_path: Path) -> None:
-    root = tmp_path / "node"
-    for directory in ("lib/lingbot_fleet/facts", "lib/lingbot_fleet/parsers", "etc", "units"):
-        (root / directory).mkdir(parents=True)
-    (root / "sbin").mkdir()
-    before = sorted(str(path) for path in root.rglob("*"))
-    extra = {
-        "__topo_monitor_lib_dir": str(root / "lib"),
-        "__topo_monitor_config_path": str(root / "etc" / "monitor.json"),
-        "__topo_monitor_launcher": str(root / "sbin" / "lingbot-fleet-monitor"),
-        "__topo_monitor_state_dir": str(root / "state"),
-        "__topo_monitor_unit_dir": str(root / "units"),
-        "topo_monitor_textfile_dir": str(root / "textfile"),
-        "generations_dir": str(tmp_path / "generations"),
-    }
-    play = [
-        {"name": "Open", "hosts": "localhost", "gather_facts": False, "roles": ["generations"]},
-        {"name": "Monitor", "hosts": "localhost", "gather_facts": False, "roles": ["topo_monitor"]},
-    ]
-    done = run_playbook(tmp_path, play, extra, "--check", "--diff")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert sorted(str(path) for path in root.rglob("*")) == before
-    assert not (tmp_path / "generations").exists()
-    out = done.stdout
-    for module in ROLE_VARS["__topo_monitor_modules"]:
-        assert f"changed: [localhost] => (item={module})" in out
-    for task in (
-        "Install the monitor's launcher",
-        "Write the monitor's configuration",
-        "Write the monitor's service unit",
-        "Write the monitor's timer unit",
-    ):
-        assert f"TASK [topo_monitor : {task}]" in out
-    assert "skipping: [localhost]" in out.split("Enable and start the monitor's timer")[1]
-
-
-FAKE_SYSTEMCTL = """#!/bin/sh
-# Stand-in for systemctl on a host without systemd: logs each call, reports the timer
-# loaded, enabled and active.
-echo "$*" >> "$SYSTEMCTL_LOG"
-case "$1" in
-  show) printf 'Id=%s\\nLoadState=loaded\\nActiveState=active\\nUnitFileState=enabled\\n' "$2" ;;
-  is-enabled) echo enabled ;;
-  is-active) echo active ;;
-esac
-exit 0
-"""
-
-
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
-def test_real_run_validates_records_and_is_idempotent(tmp_path: Path) -> None:
-    """A real run into a temp tree (systemctl stubbed): files, checks, second run unchanged."""
-    root = tmp_path / "node"
-    (root / "sbin").mkdir(parents=True)
-    (root / "units").mkdir()
-    fake_bin = tmp_path / "bin"
-    fake_bin.mkdir()
-    (fake_bin / "systemctl").write_text(FAKE_SYSTEMCTL)
-    (fake_bin / "systemctl").chmod(0o755)
-    log = tmp_path / "systemctl.log"
-    extra = {
-        "__topo_monitor_lib_dir": str(root / "lib"),
-        "__topo_monitor_config_path": str(root / "etc" / "monitor.json"),
-        "__topo_monitor_launcher": str(root / "sbin" / "lingbot-fleet-monitor"),
-        "__topo_monitor_state_dir": str(root / "state"),
-        "__topo_monitor_unit_dir": str(root / "units"),
-        "topo_monitor_textfile_dir": str(root / "textfile"),
-        "topo_monitor_python": sys.executable,
-        "generations_dir": str(tmp_path / "generations"),
-        "generations_run_id": "run-1",
-    }
-    play = [
-        {"name": "Open", "hosts": "localhost", "gather_facts": False, "roles": ["generations"]},
-        {"name": "Monitor", "hosts": "localhost", "gather_facts": False, "roles": ["topo_monitor"]},
-    ]
-    environment = {"PATH": f"{fake_bin}:{os.environ.get('PATH', '')}", "SYSTEMCTL_LOG": str(log)}
-
-    def run() -> subprocess.CompletedProcess[str]:
-        return run_playbook(tmp_path, play, extra, environment=environment)
-
-    first = run()
-    assert first.returncode == 0, first.stdout + first.stderr
-    for module in ROLE_VARS["__topo_monitor_modules"]:
-        installed = root / "lib" / "lingbot_fleet" / module
-        assert installed.read_bytes() == (PACKAGE / module).read_bytes()
-    config = MonitorConfig.from_mapping(json.loads((root / "etc" / "monitor.json").read_text()))
-    assert config.consecutive_runs == 3
-    assert oct((root / "sbin" / "lingbot-fleet-monitor").stat().st_mode & 0o777) == "0o755"
-    calls = log.read_text().splitlines()
-    assert "daemon-reload" in calls
-    assert "restart lingbot-fleet-monitor.timer" in calls
-    manifest = json.loads(
-        (tmp_path / "generations" / "pending" / "run-1" / "manifest.json").read_text()
-    )
-    recorded = {entry["path"] for entry in manifest["files"]}
-    assert str(root / "units" / "lingbot-fleet-monitor.timer") in recorded
-    assert str(root / "lib" / "lingbot_fleet" / "monitor.py") in recorded
-    assert len(recorded) == len(ROLE_VARS["__topo_monitor_modules"]) + 4
-
-    log.unlink()
-    second = run()
-    assert second.returncode == 0, second.stdout + second.stderr
-    recap = second.stdout.split("PLAY RECAP")[1]
-    assert "changed=0" in recap, second.stdout
-    assert "daemon-reload" not in log.read_text().splitlines()
 
 
 def test_defaults_match_the_argument_specs_and_the_policy_check_knows_them() -> None:
