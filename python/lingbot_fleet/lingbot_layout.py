@@ -1,0 +1,669 @@
+"""LingBot's layout on a node: paths, unit names, unit files and the ExecStart command line.
+
+Stdlib-only: runs on nodes (shipped as ``ansible.module_utils.lingbot_fleet.lingbot_layout``).
+This module is the one owner of that layout; everything that reads or writes
+``/etc/lingbot`` or the ``lingbot@`` units goes through it::
+
+    /etc/lingbot/plan.json                              the plan in force
+    /etc/lingbot/<instance>/.lingbot-fleet-instance     marks a directory the toolkit made
+    /etc/lingbot/<instance>/config.yaml                 LingBot's --config
+    /etc/lingbot/<instance>/secrets.env                 LINGBOT_API_KEY (0600), optional
+    /etc/systemd/system/lingbot@.service                what every instance shares
+    /etc/systemd/system/lingbot@<instance>.service.d/10-lingbot-fleet-plan.conf
+                                                        GPUs, NUMA binding, ExecStart
+
+Only a directory holding the marker (or, from before the marker, a config.yaml that starts
+with the toolkit's header) is an instance directory: anything else under /etc/lingbot
+(``certs/``, say) is never taken for a stale instance.
+
+The server's option names live in ``Flag`` only (shared/LINGBOT.md): a server version that
+names them differently is a change there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+CONFIG_DIR = "/etc/lingbot"
+PLAN_PATH = f"{CONFIG_DIR}/plan.json"
+CONFIG_NAME = "config.yaml"
+SECRETS_NAME = "secrets.env"
+MARKER_NAME = ".lingbot-fleet-instance"
+UNIT_DIR = "/etc/systemd/system"
+SERVICE = "lingbot"
+TEMPLATE_UNIT = f"{SERVICE}@.service"
+DROPIN_NAME = "10-lingbot-fleet-plan.conf"
+STATE_DIR = "/var/lib/lingbot"
+API_KEY_VARIABLE = "LINGBOT_API_KEY"
+MANAGED_HEADER = (
+    "Managed by lingbot-fleet (role lingbot_service); changes made here are overwritten."
+)
+# Exit status 2: LingBot refused its command line or config.yaml (shared/LINGBOT.md).
+CONTRACT_EXIT_STATUS = 2
+INSTANCE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_UNIT_RE = re.compile(rf"{SERVICE}@(.+)\.service")
+_DROPIN_DIR_RE = re.compile(rf"{SERVICE}@(.+)\.service\.d")
+
+
+class LayoutError(ValueError):
+    """A name, a command line or a file that does not fit the layout."""
+
+
+# --- names and paths --------------------------------------------------------------------
+
+
+def check_instance_name(name: str) -> str:
+    if not INSTANCE_NAME_RE.fullmatch(name):
+        raise LayoutError(
+            f"instance name {name!r} cannot be a systemd instance; use letters, digits, "
+            "'_', '.', '-' (at most 64, not starting with '_', '.' or '-')"
+        )
+    return name
+
+
+def unit_name(instance: str) -> str:
+    return f"{SERVICE}@{instance}.service"
+
+
+def instance_of_unit(unit: str) -> str | None:
+    """``lingbot@main.service`` -> ``main``; None for any other unit."""
+    match = _UNIT_RE.fullmatch(unit)
+    return match.group(1) if match and match.group(1) else None
+
+
+def instance_dir(instance: str) -> str:
+    return f"{CONFIG_DIR}/{instance}"
+
+
+def config_path(instance: str) -> str:
+    return f"{CONFIG_DIR}/{instance}/{CONFIG_NAME}"
+
+
+def secrets_path(instance: str) -> str:
+    return f"{CONFIG_DIR}/{instance}/{SECRETS_NAME}"
+
+
+def marker_path(instance: str) -> str:
+    return f"{CONFIG_DIR}/{instance}/{MARKER_NAME}"
+
+
+def template_path() -> str:
+    return f"{UNIT_DIR}/{TEMPLATE_UNIT}"
+
+
+def dropin_dir(instance: str) -> str:
+    return f"{UNIT_DIR}/{unit_name(instance)}.d"
+
+
+def dropin_path(instance: str) -> str:
+    return f"{dropin_dir(instance)}/{DROPIN_NAME}"
+
+
+def instance_of_path(path: str) -> str | None:
+    """The instance whose running process reads ``path`` (config, secrets, drop-in)."""
+    if path.startswith(f"{CONFIG_DIR}/"):
+        parts = path[len(CONFIG_DIR) + 1 :].split("/")
+        if len(parts) == 2 and parts[1] in (CONFIG_NAME, SECRETS_NAME):
+            return parts[0]
+        return None
+    if path.startswith(f"{UNIT_DIR}/"):
+        parts = path[len(UNIT_DIR) + 1 :].split("/")
+        match = _DROPIN_DIR_RE.fullmatch(parts[0])
+        if match and len(parts) == 2 and parts[1] == DROPIN_NAME:
+            return match.group(1)
+    return None
+
+
+def on_root(root: str, path: str) -> str:
+    return os.path.join(root, path.lstrip("/"))
+
+
+# --- systemd words ----------------------------------------------------------------------
+
+_NEEDS_QUOTES = re.compile(r"[\s\"'\\;]")
+
+
+def systemd_word(word: str) -> str:
+    """One word of a unit's command line or assignment, as systemd reads it back."""
+    if word == "" or _NEEDS_QUOTES.search(word):
+        word = '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return word.replace("%", "%%").replace("$", "$$")
+
+
+def split_systemd_words(text: str) -> list[str]:
+    """The words of an ExecStart value, as ``systemd_word`` wrote them (quotes, %%, $$)."""
+    words: list[str] = []
+    current: list[str] = []
+    in_word = False
+    quote = ""
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if char == "\\" and quote != "'" and index + 1 < len(text):
+            current.append(text[index + 1])
+            in_word = True
+            index += 2
+            continue
+        if quote:
+            if char == quote:
+                quote = ""
+            else:
+                current.append(char)
+        elif char in "\"'":
+            quote = char
+            in_word = True
+        elif char.isspace():
+            if in_word:
+                words.append("".join(current))
+                current, in_word = [], False
+        else:
+            current.append(char)
+            in_word = True
+        index += 1
+    if quote:
+        raise LayoutError(f"unbalanced {quote} in ExecStart {text!r}")
+    if in_word:
+        words.append("".join(current))
+    return [word.replace("%%", "%").replace("$$", "$") for word in words]
+
+
+def exec_start_value(unit_texts: Iterable[str]) -> str | None:
+    """The ExecStart in force after a unit file and its drop-ins, read in that order."""
+    command: str | None = None
+    for text in unit_texts:
+        section = ""
+        for raw in text.splitlines():
+            line = raw.strip()
+            if line.startswith("[") and line.endswith("]"):
+                section = line
+                continue
+            key, sep, value = line.partition("=")
+            if sep and section == "[Service]" and key.strip() == "ExecStart":
+                command = value.strip() or None
+    return command
+
+
+# --- the command line -------------------------------------------------------------------
+
+
+class Flag:
+    """LingBot's option names (shared/LINGBOT.md, "Command line")."""
+
+    CONFIG = "--config"
+    MODEL_PATH = "--model-path"
+    GPUS = "--gpus"
+    DEVICE = "--device"
+    PEER_ACCESS_THRESHOLD = "--peer-access-threshold"
+    HOST = "--host"
+    PORT = "--port"
+    BATCH_SIZE = "--batch-size"
+    KV_CACHE_DTYPE = "--kv-cache-dtype"
+    PREFILL_CHUNK_SIZE = "--prefill-chunk-size"
+    OFFLOAD_KV = "--offload-kv"
+    MAX_NEW_TOKENS = "--max-new-tokens"
+    BALANCER_CONFIG = "--balancer-config"
+    VERBOSE = "--verbose"
+
+
+# Options that take a value; the others (--offload-kv, --verbose) are switches.
+VALUE_FLAGS = (
+    Flag.CONFIG,
+    Flag.MODEL_PATH,
+    Flag.GPUS,
+    Flag.DEVICE,
+    Flag.PEER_ACCESS_THRESHOLD,
+    Flag.HOST,
+    Flag.PORT,
+    Flag.BATCH_SIZE,
+    Flag.KV_CACHE_DTYPE,
+    Flag.PREFILL_CHUNK_SIZE,
+    Flag.MAX_NEW_TOKENS,
+    Flag.BALANCER_CONFIG,
+)
+DEFAULT_HOST = "0.0.0.0"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How every instance of a node starts LingBot (the role's settings)."""
+
+    numactl: str
+    python: str
+    model_path: str
+    entry: tuple[str, ...] = ("-m", "lingbot")
+    host: str = DEFAULT_HOST
+    extra_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ExecStart:
+    """A parsed ExecStart: numactl binding, the Python and entry, then LingBot's options."""
+
+    numactl: str
+    cpunodebind: str
+    membind: str
+    python: str
+    entry: tuple[str, ...]
+    options: tuple[tuple[str, str | None], ...]
+
+    def value(self, flag: str) -> str | None:
+        """The value of ``flag`` (the last one wins, as in LingBot's parser); None if absent."""
+        found = None
+        for name, value in self.options:
+            if name == flag:
+                found = value
+        return found
+
+    def has(self, flag: str) -> bool:
+        return any(name == flag for name, _ in self.options)
+
+    @property
+    def gpus(self) -> tuple[int, ...]:
+        """CUDA ordinals, primary first, from --gpus or --device gpu:N."""
+        gpus = self.value(Flag.GPUS)
+        if gpus is not None:
+            return tuple(int(item) for item in gpus.split(","))
+        device = self.value(Flag.DEVICE)
+        if device is not None and device.startswith("gpu:"):
+            return (int(device[4:]),)
+        return ()
+
+    @property
+    def port(self) -> int | None:
+        port = self.value(Flag.PORT)
+        return int(port) if port is not None else None
+
+    def replaced(self, flag: str, value: str | None, *, drop: Sequence[str] = ()) -> ExecStart:
+        """A copy with ``flag`` set to ``value`` where the first of ``drop``/``flag`` was."""
+        removed = {flag, *drop}
+        options: list[tuple[str, str | None]] = []
+        placed = False
+        for name, current in self.options:
+            if name in removed:
+                if not placed:
+                    options.append((flag, value))
+                    placed = True
+                continue
+            options.append((name, current))
+        if not placed:
+            options.append((flag, value))
+        return dataclasses.replace(self, options=tuple(options))
+
+    def without(self, *flags: str) -> ExecStart:
+        options = tuple((name, value) for name, value in self.options if name not in flags)
+        return dataclasses.replace(self, options=options)
+
+    def argv(self) -> list[str]:
+        words = [
+            self.numactl,
+            f"--cpunodebind={self.cpunodebind}",
+            f"--membind={self.membind}",
+            self.python,
+            *self.entry,
+        ]
+        for name, value in self.options:
+            words.append(name)
+            if value is not None:
+                words.append(value)
+        return words
+
+    def text(self) -> str:
+        """The ExecStart value, quoted for a unit file."""
+        return " ".join(systemd_word(word) for word in self.argv())
+
+
+def threshold_text(gbytes_per_s: float) -> str:
+    return f"{gbytes_per_s:g}"
+
+
+def exec_start(instance: Mapping[str, Any], launch: Launch) -> ExecStart:
+    """The numactl-bound LingBot command line of one plan instance (shared/LINGBOT.md)."""
+    node = str(instance["numa_node"])
+    options: list[tuple[str, str | None]] = [
+        (Flag.CONFIG, config_path(instance["name"])),
+        (Flag.MODEL_PATH, launch.model_path),
+        (Flag.GPUS, str(instance["gpus_argument"])),
+        (
+            Flag.PEER_ACCESS_THRESHOLD,
+            threshold_text(float(instance["peer_access_threshold_gbytes_per_s"])),
+        ),
+        (Flag.HOST, launch.host),
+        (Flag.PORT, str(instance["port"])),
+    ]
+    parsed_extra = _options(list(launch.extra_args), "lingbot_service_extra_args")
+    return ExecStart(
+        launch.numactl, node, node, launch.python, tuple(launch.entry), (*options, *parsed_extra)
+    )
+
+
+def _options(words: list[str], where: str) -> list[tuple[str, str | None]]:
+    options: list[tuple[str, str | None]] = []
+    index = 0
+    while index < len(words):
+        word = words[index]
+        name, sep, inline = word.partition("=")
+        if name in VALUE_FLAGS and sep:
+            options.append((name, inline))
+        elif word in VALUE_FLAGS:
+            if index + 1 >= len(words):
+                raise LayoutError(f"{where}: {word} needs a value")
+            options.append((word, words[index + 1]))
+            index += 1
+        else:
+            # Switches, and options this toolkit does not know, are kept as they are.
+            options.append((word, None))
+        index += 1
+    return options
+
+
+def parse_exec_start(command: str | Sequence[str]) -> ExecStart:
+    """Parse what ``exec_start`` builds: a unit's ExecStart value or an argv list."""
+    words = split_systemd_words(command) if isinstance(command, str) else list(command)
+    if words and words[0][:1] in "-@+!:":
+        words[0] = words[0].lstrip("-@+!:")
+    binding: dict[str, str] = {}
+    index = 1
+    while index < len(words) and words[index].startswith("--") and "=" in words[index]:
+        name, _, value = words[index][2:].partition("=")
+        binding[name] = value
+        index += 1
+    if not words or "cpunodebind" not in binding or "membind" not in binding:
+        raise LayoutError(
+            f"ExecStart {' '.join(words)!r} does not start with numactl --cpunodebind=N "
+            "--membind=N; it was not written by the lingbot_service role"
+        )
+    try:
+        config_at = words.index(Flag.CONFIG, index)
+    except ValueError:
+        raise LayoutError(
+            f"ExecStart {' '.join(words)!r} has no {Flag.CONFIG}; it was not written by the "
+            "lingbot_service role"
+        ) from None
+    if config_at == index:
+        raise LayoutError(f"ExecStart {' '.join(words)!r} names no Python before {Flag.CONFIG}")
+    return ExecStart(
+        numactl=words[0],
+        cpunodebind=binding["cpunodebind"],
+        membind=binding["membind"],
+        python=words[index],
+        entry=tuple(words[index + 1 : config_at]),
+        options=tuple(_options(words[config_at:], "ExecStart")),
+    )
+
+
+# --- file contents ----------------------------------------------------------------------
+
+
+def comment(text: str) -> list[str]:
+    return [f"# {line}".rstrip() for line in text.splitlines()]
+
+
+def dropin_text(instance: Mapping[str, Any], launch: Launch, header: str = "") -> str:
+    """The drop-in holding one instance's GPUs (by UUID, plan order) and its ExecStart."""
+    gpus = ", ".join(str(gpu) for gpu in instance["gpus"])
+    environment = instance["environment"]
+    lines = [
+        *comment(header),
+        f"# Instance {instance['name']} of the plan ({PLAN_PATH}): GPU {gpus} "
+        f"(NVML indices, primary first) on NUMA node {instance['numa_node']}.",
+        f"# CUDA_VISIBLE_DEVICES lists their UUIDs in that order, so {Flag.GPUS} "
+        f"{instance['gpus_argument']} keeps it.",
+        "[Service]",
+        *(
+            "Environment=" + systemd_word(f"{key}={environment[key]}")
+            for key in ("CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES")
+        ),
+        "ExecStart=",
+        "ExecStart=" + exec_start(instance, launch).text(),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class UnitSettings:
+    """What ``lingbot@.service`` holds for every instance."""
+
+    user: str = "lingbot"
+    group: str = "lingbot"
+    device_groups: tuple[str, ...] = ("video",)
+    model_path: str = "/var/lib/lingbot/model"
+    pythonpath: str = ""
+    restart_delay_s: int = 5
+    start_limit_burst: int = 5
+    start_limit_interval_s: int = 300
+    hardening: bool = True
+
+
+_HARDENING = """\
+# Hardening that keeps CUDA working: the GPU device nodes stay reachable (no
+# PrivateDevices), pinned memory may be locked (LimitMEMLOCK), nothing else is writable.
+NoNewPrivileges=yes
+ProtectSystem=strict
+ProtectHome=yes
+PrivateTmp=yes
+ProtectKernelTunables=yes
+ProtectKernelModules=yes
+ProtectControlGroups=yes
+RestrictSUIDSGID=yes
+LockPersonality=yes
+DevicePolicy=closed
+# By driver (major number), so every GPU counts, whenever its node appears:
+# nvidia-frontend is /dev/nvidiactl and /dev/nvidia0..N, nvidia-uvm is /dev/nvidia-uvm
+# and /dev/nvidia-uvm-tools, nvidia-caps the MIG capability nodes.
+DeviceAllow=char-nvidia-frontend rw
+DeviceAllow=char-nvidia-uvm rw
+DeviceAllow=char-nvidia-caps rw"""
+
+
+def template_text(service: UnitSettings, header: str = "") -> str:
+    """``lingbot@.service``: what every instance shares; the drop-ins add the rest."""
+    lines = [
+        *comment(header),
+        f"# LingBot, one instance per plan instance ({PLAN_PATH}). This template holds",
+        f"# what every instance shares; {SERVICE}@<instance>.service.d/{DROPIN_NAME}",
+        "# holds the instance's GPUs, NUMA binding and ExecStart.",
+        "[Unit]",
+        "Description=LingBot inference server (instance %i)",
+        f"Documentation=file://{PLAN_PATH}",
+        "After=network-online.target nvidia-persistenced.service",
+        "Wants=network-online.target nvidia-persistenced.service",
+        f"AssertPathIsDirectory={service.model_path}",
+        f"# At most {service.start_limit_burst} starts in {service.start_limit_interval_s} s, "
+        "then systemd gives up until the role runs again (it resets the count).",
+        f"StartLimitIntervalSec={service.start_limit_interval_s}",
+        f"StartLimitBurst={service.start_limit_burst}",
+        "",
+        "[Service]",
+        "Type=simple",
+        f"User={service.user}",
+        f"Group={service.group}",
+    ]
+    if service.device_groups:
+        lines.append("SupplementaryGroups=" + " ".join(service.device_groups))
+    lines.append("Environment=" + systemd_word(f"HOME={STATE_DIR}"))
+    if service.pythonpath:
+        lines.append("Environment=" + systemd_word(f"PYTHONPATH={service.pythonpath}"))
+    lines += [
+        "Environment=PYTHONUNBUFFERED=1",
+        "# Secrets (the API key), mode 0600, absent when there are none.",
+        f"EnvironmentFile=-{CONFIG_DIR}/%i/{SECRETS_NAME}",
+        f"WorkingDirectory={STATE_DIR}",
+        f"StateDirectory={os.path.basename(STATE_DIR)}",
+        "Restart=on-failure",
+        f"RestartSec={service.restart_delay_s}",
+        f"# Exit status {CONTRACT_EXIT_STATUS}: LingBot refused its command line or "
+        "config.yaml; restarting cannot help.",
+        f"RestartPreventExitStatus={CONTRACT_EXIT_STATUS}",
+        "TimeoutStopSec=30",
+        "LimitMEMLOCK=infinity",
+        "LimitNOFILE=65536",
+    ]
+    if service.hardening:
+        lines += _HARDENING.splitlines()
+    lines += ["", "[Install]", "WantedBy=multi-user.target"]
+    return "\n".join(lines) + "\n"
+
+
+def env_file_value(value: str) -> str:
+    """``value`` quoted for a systemd EnvironmentFile, read back byte for byte.
+
+    Inside double quotes systemd unescapes backslash, double quote, backquote and dollar,
+    and keeps everything else; newlines and NUL have no safe form and are refused.
+    """
+    if "\n" in value or "\r" in value or "\0" in value:
+        raise LayoutError("an EnvironmentFile value cannot hold a newline or NUL")
+    escaped = re.sub(r'(["\\`$])', r"\\\1", value)
+    return f'"{escaped}"'
+
+
+def secrets_text(api_key: str, header: str = "") -> str:
+    return "\n".join([*comment(header), f"{API_KEY_VARIABLE}={env_file_value(api_key)}"]) + "\n"
+
+
+def config_header(instance: str) -> str:
+    """The comment at the top of an instance's config.yaml (also marks older directories)."""
+    return f"{MANAGED_HEADER}\nInstance {instance} of {PLAN_PATH}."
+
+
+def marker_text(instance: str) -> str:
+    return (
+        f"lingbot-fleet made this directory for LingBot instance {instance}; the "
+        "lingbot_service role removes it when the plan no longer has the instance.\n"
+    )
+
+
+# --- the plan in force ------------------------------------------------------------------
+
+
+def plan_text(plan: Mapping[str, Any]) -> str:
+    """plan.json as written: sorted keys, four spaces (as Ansible's to_nice_json)."""
+    return json.dumps(plan, indent=4, sort_keys=True, separators=(",", ": ")) + "\n"
+
+
+def _untimed(plan: Any) -> Any:
+    if not isinstance(plan, Mapping):
+        return plan
+    inputs = plan.get("inputs")
+    if not isinstance(inputs, Mapping):
+        return dict(plan)
+    return {**plan, "inputs": {**inputs, "probe_timestamp": None}}
+
+
+def same_plan(current_text: str | None, plan: Mapping[str, Any]) -> bool:
+    """Whether plan.json already holds ``plan``; a new probe timestamp alone is no change."""
+    if current_text is None:
+        return False
+    try:
+        current = json.loads(current_text)
+    except ValueError:
+        return False
+    return _untimed(current) == _untimed(json.loads(json.dumps(plan)))
+
+
+# --- what a node has --------------------------------------------------------------------
+
+
+@dataclass
+class PresentInstance:
+    """An instance found on the node, and which of its files are the toolkit's."""
+
+    name: str
+    toolkit_dir: bool = False
+    dir_files: list[str] = field(default_factory=list)
+    foreign_files: list[str] = field(default_factory=list)
+    dropin: bool = False
+    dropin_dir_files: list[str] = field(default_factory=list)
+    enable_links: list[str] = field(default_factory=list)
+
+    @property
+    def ours(self) -> bool:
+        """Made by the toolkit: its directory or its drop-in, or a bare enable link."""
+        if self.toolkit_dir or self.dropin:
+            return True
+        return bool(self.enable_links) and not self.dir_files and not self.dropin_dir_files
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _files_under(real_dir: str, shown_dir: str) -> list[str]:
+    files = []
+    for base, _dirs, names in os.walk(real_dir):
+        for name in names:
+            relative = os.path.relpath(os.path.join(base, name), real_dir)
+            files.append(f"{shown_dir}/{relative}")
+    return sorted(files)
+
+
+def is_toolkit_dir(root: str, instance: str) -> bool:
+    """The marker, or (directories made before it) config.yaml starting with the header."""
+    if os.path.isfile(on_root(root, marker_path(instance))):
+        return True
+    try:
+        with open(on_root(root, config_path(instance)), encoding="utf-8") as handle:
+            first = handle.readline().rstrip("\n")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return first == f"# {MANAGED_HEADER}"
+
+
+def present_instances(root: str = "/") -> dict[str, PresentInstance]:
+    """Every lingbot@ instance the node has a directory, drop-in or enable link for."""
+    found: dict[str, PresentInstance] = {}
+    for name in _listdir(on_root(root, CONFIG_DIR)):
+        if not os.path.isdir(on_root(root, instance_dir(name))) or not INSTANCE_NAME_RE.fullmatch(
+            name
+        ):
+            continue
+        entry = found.setdefault(name, PresentInstance(name))
+        entry.dir_files = _files_under(on_root(root, instance_dir(name)), instance_dir(name))
+        entry.toolkit_dir = is_toolkit_dir(root, name)
+        ours = {config_path(name), secrets_path(name), marker_path(name)}
+        entry.foreign_files = [path for path in entry.dir_files if path not in ours]
+    unit_root = on_root(root, UNIT_DIR)
+    for name in _listdir(unit_root):
+        match = _DROPIN_DIR_RE.fullmatch(name)
+        if match and os.path.isdir(os.path.join(unit_root, name)):
+            instance = match.group(1)
+            entry = found.setdefault(instance, PresentInstance(instance))
+            entry.dropin_dir_files = _files_under(
+                os.path.join(unit_root, name), dropin_dir(instance)
+            )
+            entry.dropin = dropin_path(instance) in entry.dropin_dir_files
+        if name.endswith(".wants"):
+            for link in _listdir(os.path.join(unit_root, name)):
+                instance = instance_of_unit(link)
+                if instance:
+                    entry = found.setdefault(instance, PresentInstance(instance))
+                    entry.enable_links.append(f"{UNIT_DIR}/{name}/{link}")
+    return found
+
+
+def stale_instances(
+    present: Mapping[str, PresentInstance], planned: Iterable[str]
+) -> list[PresentInstance]:
+    """The toolkit's instances that the plan no longer has, by name."""
+    keep = set(planned)
+    return [present[name] for name in sorted(present) if name not in keep and present[name].ours]
+
+
+def instances_to_restart(
+    changed_paths: Iterable[str], planned: Iterable[str], template_changed: bool
+) -> list[str]:
+    """Planned instances whose running process would read a changed file; all of them when
+    the shared template changed."""
+    names = sorted(set(planned))
+    if template_changed:
+        return names
+    touched = {instance_of_path(path) for path in changed_paths}
+    return [name for name in names if name in touched]

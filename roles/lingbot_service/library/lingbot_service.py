@@ -1,0 +1,878 @@
+#!/usr/bin/python
+"""Ansible module lingbot_service: the plan's LingBot instances, from files to readiness."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: lingbot_service
+short_description: Run the plan's LingBot instances as numactl-bound lingbot@ services
+description:
+  - In one call, for the instances of O(plan) (the C(lingbot_plan) action's result) -
+    ensures the service group and user exist (C(groupadd), C(useradd), C(usermod) only
+    for what is missing); checks that O(model_path) holds C(config.json); writes
+    C(/etc/lingbot/plan.json), each instance's directory, C(config.yaml) (O(config_overrides)
+    merged on top and validated against LingBot's schema), C(secrets.env) and the marker
+    that says the toolkit made the directory, C(lingbot@.service) and one drop-in per
+    instance; stops, disables and removes the instances the plan no longer has; runs
+    C(systemctl daemon-reload) when a unit changed; restarts exactly the instances whose
+    files changed; enables and starts every planned instance; then waits until each one is
+    ready.
+  - The layout (paths, unit names, ExecStart) is the one of
+    C(lingbot_fleet.lingbot_layout).
+  - Nothing is written when an override, the model directory, an instance name or the
+    units are wrong; the units are checked with C(systemd-analyze verify) in a temporary
+    directory before they land, in check mode too.
+  - plan.json is left as it is when it differs only in the probe's timestamp.
+  - Only directories under C(/etc/lingbot) that hold the toolkit's marker (or a
+    C(config.yaml) with the toolkit's header) are taken for stale instances; a stale
+    directory holding a file the toolkit did not write fails the run before anything
+    changes.
+  - Ready means - the unit is active, the process listening on the instance's port belongs
+    to the unit, C(GET /metrics) answers 200 with C(lingbot_balancer_weight), and a
+    one-token C(POST /v1/chat/completions) succeeds. The module polls for up to
+    O(health_timeout_s) seconds, then fails with the instance's last journal lines.
+  - Every write goes through C(NodeChanges) (saved first into the run's generation when
+    O(generation_run_id) is set). In check mode nothing is written, started or restarted;
+    the result says what would be.
+options:
+  plan:
+    description:
+      - The plan document (C(lingbot_plan)); written to C(/etc/lingbot/plan.json). Each of
+        its C(instances) needs C(name), C(port), C(numa_node), C(gpus), C(gpus_argument),
+        C(environment), C(peer_access_threshold_gbytes_per_s) and C(config).
+    type: dict
+    required: true
+  readiness_only:
+    description:
+      - Only check that the plan's instances are ready (O(plan) needs just C(instances)
+        with C(name) and C(port)); writes and starts nothing, also outside check mode.
+    type: bool
+    default: false
+  python:
+    description: The Python that runs LingBot.
+    type: path
+    default: /usr/bin/python3
+  entry:
+    description: The words after the Python that start LingBot.
+    type: list
+    elements: str
+    default: ["-m", "lingbot"]
+  pythonpath:
+    description: PYTHONPATH of the service; empty leaves it unset.
+    type: str
+    default: ""
+  model_path:
+    description: LingBot's C(--model-path); must hold C(config.json).
+    type: path
+    default: /var/lib/lingbot/model
+  numactl:
+    description: The numactl binary ExecStart runs.
+    type: path
+    default: /usr/bin/numactl
+  listen_host:
+    description: LingBot's C(--host), the address every instance listens on.
+    type: str
+    default: 0.0.0.0
+  extra_args:
+    description: Extra LingBot options for every instance, one word per item.
+    type: list
+    elements: str
+    default: []
+  user:
+    description: The system user the instances run as.
+    type: str
+    default: lingbot
+  group:
+    description: The service user's primary group; also the group of the config files.
+    type: str
+    default: lingbot
+  device_groups:
+    description: Existing groups that give the user the GPU device nodes.
+    type: list
+    elements: str
+    default: [video]
+  api_key:
+    description: LINGBOT_API_KEY for C(secrets.env) (0600); empty removes the file.
+    type: str
+    default: ""
+  config_overrides:
+    description: config.yaml keys merged on top of every instance's planned config.
+    type: dict
+    default: {}
+  hardening:
+    description: systemd sandboxing in C(lingbot@.service).
+    type: bool
+    default: true
+  restart_delay_s:
+    description: C(RestartSec=) of the instances.
+    type: int
+    default: 5
+  start_limit_burst:
+    description: C(StartLimitBurst=).
+    type: int
+    default: 5
+  start_limit_interval_s:
+    description: C(StartLimitIntervalSec=).
+    type: int
+    default: 300
+  verify_units:
+    description: Check the units with C(systemd-analyze verify) before writing them.
+    type: bool
+    default: true
+  remove_stale_instances:
+    description: Stop, disable and remove the toolkit's instances the plan no longer has.
+    type: bool
+    default: true
+  health_timeout_s:
+    description: How long to wait for every instance to be ready.
+    type: int
+    default: 60
+  health_host:
+    description: The address the readiness check connects to, on the node.
+    type: str
+    default: 127.0.0.1
+  journal_lines:
+    description: Journal lines shown when an instance is not ready.
+    type: int
+    default: 30
+  header:
+    description: Comment lines at the top of the unit files and C(secrets.env).
+    type: str
+    default: Managed by lingbot-fleet (role lingbot_service); changes made here are overwritten.
+  generation_run_id:
+    description:
+      - The run id of the generations role (C(generations_run_id)); when set, every file is
+        saved in C(<generations_dir>/pending/<run id>/) before it changes.
+    type: str
+  generations_dir:
+    description: Where the generations live.
+    type: path
+    default: /var/lib/lingbot-fleet/generations
+  generations_live_runs:
+    description:
+      - The runs this controller still runs (C(generations_live_runs)); a node lock held by
+        another of this controller's runs that is not listed is taken over.
+    type: list
+    elements: str
+  root:
+    description: Directory taken as C(/) for every file (tests); systemctl acts on the host.
+    type: path
+    default: /
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+author:
+  - lingbot-fleet
+"""
+
+EXAMPLES = r"""
+- name: Run the planned LingBot instances and check that each one is ready
+  lingbot_service:
+    plan: "{{ lingbot_plan }}"
+    python: /opt/lingbot/venv/bin/python
+    model_path: /srv/models/lingbot-7b
+    config_overrides: {kv_cache_sync_interval_ms: 20}
+    generation_run_id: "{{ generations_run_id | default(omit) }}"
+
+- name: Check that one instance is ready
+  lingbot_service:
+    plan: {instances: [{name: main, port: 8000}]}
+    readiness_only: true
+"""
+
+RETURN = r"""
+instances:
+  description: The planned instances, in plan order.
+  returned: always
+  type: list
+  elements: str
+files:
+  description: Files and directories written or removed (or that would be), in order.
+  returned: success
+  type: list
+  elements: str
+restarted:
+  description: Running instances restarted (or that would be) because their files changed.
+  returned: success
+  type: list
+  elements: str
+started:
+  description: Instances started (or that would be) because they were not running.
+  returned: success
+  type: list
+  elements: str
+enabled:
+  description: Instances enabled (or that would be).
+  returned: success
+  type: list
+  elements: str
+removed_instances:
+  description: Stale instances stopped, disabled and removed (or that would be).
+  returned: success
+  type: list
+  elements: str
+daemon_reload:
+  description: Whether systemd was (or would be) reloaded.
+  returned: success
+  type: bool
+readiness:
+  description:
+    - Instance -> C({ready, port, main_pid, waited_s}); empty in check mode (instances
+      that would change are not started yet).
+  returned: success
+  type: dict
+actions:
+  description: One sentence per change made (or that would be).
+  returned: always
+  type: list
+  elements: str
+problems:
+  description: Every schema problem of a config.yaml, each with its key path.
+  returned: failure
+  type: list
+  elements: str
+journal:
+  description: The last journal lines of the instance that is not ready.
+  returned: failure
+  type: list
+  elements: str
+"""
+
+import grp
+import json
+import os
+import pwd
+import shutil
+import tempfile
+import time
+from http.client import HTTPConnection, HTTPException
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.lingbot_fleet import lingbot_layout as layout
+from ansible.module_utils.lingbot_fleet.lingbot_config import ConfigError, build_config, to_yaml
+from ansible.module_utils.lingbot_fleet.nodefiles import NodeChanges, NodeFileError, run_command
+
+INSTANCE_KEYS = (
+    "name",
+    "port",
+    "numa_node",
+    "gpus",
+    "gpus_argument",
+    "environment",
+    "peer_access_threshold_gbytes_per_s",
+    "config",
+)
+NOLOGIN = "/usr/sbin/nologin"
+POLL_INTERVAL_S = 1.0
+# A port held by another process for this long means the instance cannot serve there.
+FOREIGN_GRACE_S = 3.0
+REQUEST_TIMEOUT_S = 10.0
+CHAT_PATH = "/v1/chat/completions"
+METRICS_PATH = "/metrics"
+METRIC_NAME = "lingbot_balancer_weight"
+UNIT_PROPERTIES = (
+    "Id",
+    "LoadState",
+    "ActiveState",
+    "SubState",
+    "UnitFileState",
+    "MainPID",
+    "Result",
+    "ControlGroup",
+)
+RUNNING_STATES = ("active", "activating", "reloading")
+CGROUP_ROOTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd")
+
+
+class ServiceError(Exception):
+    """A failure with what the module should return besides the message."""
+
+    def __init__(self, message: str, **details: object) -> None:
+        super().__init__(message)
+        self.details = details
+
+
+# --- inputs -------------------------------------------------------------------------------
+
+
+def planned_instances(plan: dict, keys: tuple[str, ...]) -> list[dict]:
+    instances = plan.get("instances")
+    if not isinstance(instances, list) or not instances:
+        raise ServiceError("plan has no instances; the role runs this module only when it has")
+    names = []
+    for position, instance in enumerate(instances):
+        missing = [key for key in keys if not isinstance(instance, dict) or key not in instance]
+        if missing:
+            raise ServiceError(
+                f"plan instance {position} lacks {', '.join(missing)}; pass the lingbot_plan "
+                "action's plan unchanged"
+            )
+        names.append(layout.check_instance_name(instance["name"]))
+    if len(set(names)) != len(names):
+        raise ServiceError(f"plan lists an instance twice: {', '.join(names)}")
+    return instances
+
+
+def launch_of(params: dict) -> layout.Launch:
+    return layout.Launch(
+        numactl=params["numactl"],
+        python=params["python"],
+        model_path=params["model_path"],
+        entry=tuple(params["entry"]),
+        host=params["listen_host"],
+        extra_args=tuple(params["extra_args"]),
+    )
+
+
+def unit_settings(params: dict) -> layout.UnitSettings:
+    return layout.UnitSettings(
+        user=params["user"],
+        group=params["group"],
+        device_groups=tuple(params["device_groups"]),
+        model_path=params["model_path"],
+        pythonpath=params["pythonpath"],
+        restart_delay_s=params["restart_delay_s"],
+        start_limit_burst=params["start_limit_burst"],
+        start_limit_interval_s=params["start_limit_interval_s"],
+        hardening=params["hardening"],
+    )
+
+
+def check_model(params: dict) -> None:
+    path = os.path.join(params["model_path"], "config.json")
+    if not os.path.isfile(layout.on_root(params["root"], path)):
+        raise ServiceError(
+            f"{path} does not exist: LingBot's --model-path must be a model directory "
+            "(Hugging Face style, with config.json). Put the model there, or point "
+            "lingbot_service_model_path at it; this role installs no model. Nothing was written."
+        )
+
+
+def check_numactl(params: dict) -> None:
+    path = layout.on_root(params["root"], params["numactl"])
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        raise ServiceError(
+            f"{params['numactl']} is not an executable: ExecStart binds every instance with "
+            "numactl. Install the numactl package (lingbot_service_install_numactl) or point "
+            "lingbot_service_numactl at it. Nothing was written."
+        )
+
+
+def config_texts(params: dict, instances: list[dict]) -> dict[str, str]:
+    """Instance -> config.yaml text, overrides merged; ServiceError listing every problem."""
+    texts, problems = {}, []
+    for instance in instances:
+        try:
+            document = build_config(
+                instance["config"],
+                params["config_overrides"],
+                instance["peer_access_threshold_gbytes_per_s"],
+            )
+        except ConfigError as error:
+            problems += [f"instance {instance['name']}: {problem}" for problem in error.problems]
+            continue
+        texts[instance["name"]] = to_yaml(document, layout.config_header(instance["name"]))
+    if problems:
+        raise ServiceError(
+            "lingbot_service_config_overrides would make config.yaml invalid (nothing was "
+            "written):\n- " + "\n- ".join(problems),
+            problems=problems,
+        )
+    return texts
+
+
+def unit_files(params: dict, instances: list[dict]) -> dict[str, str]:
+    """Node path -> content of lingbot@.service and every drop-in."""
+    launch = launch_of(params)
+    files = {layout.template_path(): layout.template_text(unit_settings(params), params["header"])}
+    for instance in instances:
+        files[layout.dropin_path(instance["name"])] = layout.dropin_text(
+            instance, launch, params["header"]
+        )
+    return files
+
+
+# --- systemd --------------------------------------------------------------------------------
+
+
+def verify_units(module: AnsibleModule, files: dict[str, str], names: list[str]) -> None:
+    """systemd-analyze verify every instance in a private copy; fail on any complaint."""
+    analyze = module.get_bin_path("systemd-analyze", required=True)
+    workdir = tempfile.mkdtemp(prefix="lingbot-units.")
+    try:
+        for path, text in files.items():
+            copy = os.path.join(workdir, os.path.relpath(path, layout.UNIT_DIR))
+            os.makedirs(os.path.dirname(copy), exist_ok=True)
+            with open(copy, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        argv = [analyze, "verify", *(os.path.join(workdir, layout.unit_name(n)) for n in names)]
+        done = run_command(argv, check=False)
+        said = done.stdout + done.stderr
+        ours = [line for line in said.splitlines() if workdir in line or "lingbot@" in line]
+        if done.rc != 0 or ours:
+            output = said.replace(workdir + "/", "").strip()
+            raise ServiceError(
+                "systemd-analyze verify refused the LingBot units; nothing was written:\n" + output,
+                rc=done.rc,
+                verify_output=output,
+            )
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def parse_show(text: str) -> dict[str, dict[str, str]]:
+    """``systemctl show`` of several units -> unit Id -> property -> value."""
+    units: dict[str, dict[str, str]] = {}
+    for block in text.strip().split("\n\n"):
+        properties = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        if properties.get("Id"):
+            units[properties["Id"]] = properties
+    return units
+
+
+def unit_states(systemctl: str, names: list[str]) -> dict[str, dict[str, str]]:
+    units = [layout.unit_name(name) for name in names]
+    done = run_command(
+        [systemctl, "show", f"--property={','.join(UNIT_PROPERTIES)}", "--", *units], check=False
+    )
+    shown = parse_show(done.stdout)
+    return {name: shown.get(layout.unit_name(name), {}) for name in names}
+
+
+# --- the account ----------------------------------------------------------------------------
+
+
+def ensure_account(module: AnsibleModule, changes: NodeChanges, params: dict) -> None:
+    """The service group and user, created or completed only where something is missing."""
+    user, group = params["user"], params["group"]
+    missing_groups = []
+    for name in params["device_groups"]:
+        try:
+            grp.getgrnam(name)
+        except KeyError:
+            missing_groups.append(name)
+    if missing_groups:
+        raise ServiceError(
+            f"group {', '.join(missing_groups)} does not exist on this node; it should own the "
+            "GPU device nodes. Create it, or drop it from lingbot_service_device_groups"
+        )
+
+    def tool(name: str) -> str:
+        return module.get_bin_path(name, required=True, opt_dirs=["/usr/sbin", "/sbin"])
+
+    try:
+        group_id: int | None = grp.getgrnam(group).gr_gid
+    except KeyError:
+        group_id = None
+        changes.run([tool("groupadd"), "--system", group], f"create the system group {group}")
+    try:
+        account = pwd.getpwnam(user)
+    except KeyError:
+        argv = [tool("useradd"), "--system", "--gid", group]
+        if params["device_groups"]:
+            argv += ["--groups", ",".join(params["device_groups"])]
+        argv += ["--home-dir", layout.STATE_DIR, "--no-create-home", "--shell", NOLOGIN, user]
+        changes.run(argv, f"create the system user {user}")
+        return
+    if group_id is None or account.pw_gid != group_id:
+        changes.run(
+            [tool("usermod"), "--gid", group, user], f"make {group} the primary group of {user}"
+        )
+    absent = [
+        name
+        for name in params["device_groups"]
+        if user not in grp.getgrnam(name).gr_mem and grp.getgrnam(name).gr_gid != account.pw_gid
+    ]
+    if absent:
+        changes.run(
+            [tool("usermod"), "--append", "--groups", ",".join(absent), user],
+            f"add {user} to the group(s) {', '.join(absent)}",
+        )
+
+
+# --- files ----------------------------------------------------------------------------------
+
+
+def write_files(
+    changes: NodeChanges,
+    params: dict,
+    instances: list[dict],
+    configs: dict[str, str],
+    units: dict[str, str],
+) -> None:
+    group = params["group"]
+    changes.make_dir(layout.CONFIG_DIR, mode=0o755)
+    plan_path = layout.PLAN_PATH
+    current_plan = changes.read(plan_path)
+    current_text = current_plan.decode("utf-8", "replace") if current_plan is not None else None
+    if layout.same_plan(current_text, params["plan"]):
+        # Same plan, maybe a newer probe timestamp: keep the file, fix only mode and owner.
+        changes.write_file(plan_path, current_plan or b"", mode=0o644)
+    else:
+        changes.write_file(plan_path, layout.plan_text(params["plan"]), mode=0o644)
+    for instance in instances:
+        name = instance["name"]
+        changes.make_dir(layout.instance_dir(name), mode=0o750, group=group)
+        changes.write_file(layout.marker_path(name), layout.marker_text(name), mode=0o644)
+        changes.write_file(layout.config_path(name), configs[name], mode=0o640, group=group)
+        if params["api_key"]:
+            changes.write_file(
+                layout.secrets_path(name),
+                layout.secrets_text(params["api_key"], params["header"]),
+                mode=0o600,
+                secret=True,
+            )
+        else:
+            changes.remove_file(layout.secrets_path(name))
+    for path, text in units.items():
+        changes.write_file(path, text, mode=0o644)
+
+
+def stale_check(stale: list[layout.PresentInstance]) -> None:
+    for instance in stale:
+        if instance.toolkit_dir and instance.foreign_files:
+            raise ServiceError(
+                f"{layout.instance_dir(instance.name)} belongs to instance {instance.name}, "
+                f"which the plan no longer has, but holds {', '.join(instance.foreign_files)}, "
+                "which lingbot-fleet did not write. Move that away (or set "
+                "lingbot_service_remove_stale_instances=false); nothing was changed"
+            )
+
+
+def remove_stale(
+    changes: NodeChanges, systemctl: str, stale: list[layout.PresentInstance], root: str
+) -> None:
+    template_present = os.path.isfile(layout.on_root(root, layout.template_path()))
+    for instance in stale:
+        unit = layout.unit_name(instance.name)
+        if template_present:
+            changes.run(
+                [systemctl, "disable", "--now", unit], f"stop and disable {unit} (not planned)"
+            )
+        if instance.dropin:
+            changes.remove_file(layout.dropin_path(instance.name))
+            changes.remove_empty_dir(layout.dropin_dir(instance.name))
+        if instance.toolkit_dir:
+            changes.remove_tree(layout.instance_dir(instance.name), instance.dir_files)
+
+
+# --- services -------------------------------------------------------------------------------
+
+
+def apply_services(
+    changes: NodeChanges, systemctl: str, names: list[str], restart: list[str]
+) -> dict[str, list[str]]:
+    """Restart the changed, start the stopped, enable the disabled; say which."""
+    states = unit_states(systemctl, names)
+    failed = [n for n in names if states[n].get("ActiveState") == "failed"]
+    running = [n for n in names if states[n].get("ActiveState") in RUNNING_STATES]
+    done = {
+        "restarted": [n for n in names if n in restart and n in running],
+        "started": [n for n in names if n not in running],
+        "enabled": [n for n in names if states[n].get("UnitFileState") != "enabled"],
+    }
+
+    def units(selected: list[str]) -> list[str]:
+        return [layout.unit_name(name) for name in selected]
+
+    if failed:
+        # A unit that hit its start limit refuses to start until the count is reset.
+        changes.run(
+            [systemctl, "reset-failed", "--", *units(failed)],
+            f"reset the failed state of {', '.join(units(failed))}",
+        )
+    if done["enabled"]:
+        changes.run(
+            [systemctl, "enable", "--", *units(done["enabled"])],
+            f"enable {', '.join(units(done['enabled']))}",
+        )
+    if done["restarted"]:
+        changes.run(
+            [systemctl, "restart", "--", *units(done["restarted"])],
+            f"restart {', '.join(units(done['restarted']))} (their files changed)",
+        )
+    if done["started"]:
+        changes.run(
+            [systemctl, "start", "--", *units(done["started"])],
+            f"start {', '.join(units(done['started']))}",
+        )
+    return done
+
+
+# --- readiness ------------------------------------------------------------------------------
+
+
+def listening_inodes(port: int) -> set[str] | None:
+    """Socket inodes listening on TCP ``port`` (any address); None when /proc says nothing."""
+    inodes: set[str] = set()
+    seen = False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as handle:
+                lines = handle.read().splitlines()[1:]
+        except OSError:
+            continue
+        seen = True
+        for line in lines:
+            fields = line.split()
+            if (
+                len(fields) > 9
+                and fields[3] == "0A"
+                and int(fields[1].rsplit(":", 1)[1], 16) == port
+            ):
+                inodes.add(fields[9])
+    return inodes if seen else None
+
+
+def unit_pids(state: dict[str, str]) -> set[int]:
+    pids = set()
+    group = state.get("ControlGroup") or ""
+    for base in CGROUP_ROOTS if group else ():
+        try:
+            with open(f"{base}{group}/cgroup.procs", encoding="ascii") as handle:
+                pids.update(int(line) for line in handle if line.strip() not in ("", "0"))
+            break
+        except (OSError, ValueError):
+            continue
+    main_pid = int(state.get("MainPID") or 0)
+    if main_pid:
+        pids.add(main_pid)
+    return pids
+
+
+def owns_socket(pids: set[int], inodes: set[str]) -> bool:
+    wanted = {f"socket:[{inode}]" for inode in inodes}
+    for pid in pids:
+        try:
+            descriptors = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for descriptor in descriptors:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{descriptor}") in wanted:
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def http(
+    host: str, port: int, method: str, path: str, *, body: dict | None = None, api_key: str = ""
+) -> tuple[int | None, str]:
+    """(status, text) of one request; (None, reason) when there is no answer."""
+    headers = {"Accept": "*/*"}
+    payload = None
+    if body is not None:
+        payload = json.dumps(body).encode()
+        headers["Content-Type"] = "application/json"
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+    connection = HTTPConnection(host, port, timeout=REQUEST_TIMEOUT_S)
+    try:
+        connection.request(method, path, body=payload, headers=headers)
+        response = connection.getresponse()
+        return response.status, response.read(1 << 20).decode("utf-8", "replace")
+    except (OSError, HTTPException) as error:
+        return None, f"no answer ({error})"
+    finally:
+        connection.close()
+
+
+def readiness_once(params: dict, instance: dict, state: dict[str, str]) -> tuple[str, str]:
+    """("ready" | "waiting" | "foreign" | "failed", why) for one instance, right now."""
+    unit, port = layout.unit_name(instance["name"]), int(instance["port"])
+    active = state.get("ActiveState", "unknown")
+    if active in ("failed", "inactive"):
+        return "failed", f"{unit} is {active} (result {state.get('Result', 'unknown')})"
+    if active != "active":
+        return "waiting", f"{unit} is {active} ({state.get('SubState', '')})"
+    inodes = listening_inodes(port)
+    if inodes is not None:
+        if not inodes:
+            return "waiting", f"nothing listens on port {port} yet"
+        if not owns_socket(unit_pids(state), inodes):
+            return "foreign", (
+                f"port {port} is held by a process outside {unit} (another service, or a "
+                "container sharing this node's network namespace), so whatever answers there "
+                "is not this instance. Free the port, or give this node its own "
+                "lingbot_service_base_port"
+            )
+    host, key = params["health_host"], params["api_key"]
+    status, text = http(host, port, "GET", METRICS_PATH)
+    if status != 200:
+        return "waiting", f"GET {METRICS_PATH} answered {status or text}"
+    if METRIC_NAME not in text:
+        return "waiting", f"GET {METRICS_PATH} has no {METRIC_NAME}"
+    chat = {"messages": [{"role": "user", "content": "lingbot-fleet readiness"}], "max_tokens": 1}
+    status, text = http(host, port, "POST", CHAT_PATH, body=chat, api_key=key)
+    if status != 200:
+        return "waiting", f"POST {CHAT_PATH} answered {status or ''} {text[:200]}".strip()
+    try:
+        choices = json.loads(text).get("choices")
+    except (ValueError, AttributeError):
+        choices = None
+    if not choices:
+        return "waiting", f"POST {CHAT_PATH} answered without choices"
+    return "ready", ""
+
+
+def journal(journalctl: str | None, unit: str, lines: int) -> list[str]:
+    if journalctl is None:
+        return ["(journalctl is not installed)"]
+    done = run_command(
+        [journalctl, f"--unit={unit}", f"--lines={lines}", "--no-pager", "--output=short-precise"],
+        check=False,
+    )
+    return (done.stdout or done.stderr).splitlines()
+
+
+def wait_ready(module: AnsibleModule, systemctl: str, instances: list[dict]) -> dict:
+    params = module.params
+    started_s = time.monotonic()
+    deadline_s = started_s + params["health_timeout_s"]
+    pending = {instance["name"]: instance for instance in instances}
+    readiness: dict[str, dict] = {}
+    reasons: dict[str, str] = {}
+    foreign_since: dict[str, float] = {}
+    while pending:
+        states = unit_states(systemctl, list(pending))
+        for name, instance in list(pending.items()):
+            verdict, reasons[name] = readiness_once(params, instance, states[name])
+            if verdict == "foreign":
+                # Give LingBot a moment to log its own complaint (address in use) first.
+                first_s = foreign_since.setdefault(name, time.monotonic())
+                verdict = "failed" if time.monotonic() - first_s >= FOREIGN_GRACE_S else "waiting"
+            if verdict == "ready":
+                readiness[name] = {
+                    "ready": True,
+                    "port": int(instance["port"]),
+                    "main_pid": int(states[name].get("MainPID") or 0),
+                    "waited_s": round(time.monotonic() - started_s, 2),
+                }
+                del pending[name]
+            elif verdict == "failed" or time.monotonic() >= deadline_s:
+                unit = layout.unit_name(name)
+                lines = journal(module.get_bin_path("journalctl"), unit, params["journal_lines"])
+                raise ServiceError(
+                    f"{unit} is not ready on port {instance['port']} after "
+                    f"{time.monotonic() - started_s:.0f} s (limit {params['health_timeout_s']} "
+                    f"s): {reasons[name]}. Its last journal lines follow; systemctl status "
+                    f"{unit} shows more.\n" + "\n".join(lines),
+                    instance=name,
+                    journal=lines,
+                    readiness=readiness,
+                )
+        if pending:
+            time.sleep(max(0.0, min(POLL_INTERVAL_S, deadline_s - time.monotonic())))
+    return readiness
+
+
+# --- the module -----------------------------------------------------------------------------
+
+ARGUMENT_SPEC = {
+    "plan": {"type": "dict", "required": True},
+    "readiness_only": {"type": "bool", "default": False},
+    "python": {"type": "path", "default": "/usr/bin/python3"},
+    "entry": {"type": "list", "elements": "str", "default": ["-m", "lingbot"]},
+    "pythonpath": {"type": "str", "default": ""},
+    "model_path": {"type": "path", "default": "/var/lib/lingbot/model"},
+    "numactl": {"type": "path", "default": "/usr/bin/numactl"},
+    "listen_host": {"type": "str", "default": layout.DEFAULT_HOST},
+    "extra_args": {"type": "list", "elements": "str", "default": []},
+    "user": {"type": "str", "default": "lingbot"},
+    "group": {"type": "str", "default": "lingbot"},
+    "device_groups": {"type": "list", "elements": "str", "default": ["video"]},
+    "api_key": {"type": "str", "default": "", "no_log": True},
+    "config_overrides": {"type": "dict", "default": {}},
+    "hardening": {"type": "bool", "default": True},
+    "restart_delay_s": {"type": "int", "default": 5},
+    "start_limit_burst": {"type": "int", "default": 5},
+    "start_limit_interval_s": {"type": "int", "default": 300},
+    "verify_units": {"type": "bool", "default": True},
+    "remove_stale_instances": {"type": "bool", "default": True},
+    "health_timeout_s": {"type": "int", "default": 60},
+    "health_host": {"type": "str", "default": "127.0.0.1"},
+    "journal_lines": {"type": "int", "default": 30},
+    "header": {"type": "str", "default": layout.MANAGED_HEADER},
+    "generation_run_id": {"type": "str"},
+    "generations_dir": {"type": "path", "default": "/var/lib/lingbot-fleet/generations"},
+    "generations_live_runs": {"type": "list", "elements": "str"},
+    "root": {"type": "path", "default": "/"},
+}
+
+
+def converge(module: AnsibleModule, changes: NodeChanges, instances: list[dict]) -> dict:
+    params = module.params
+    root = params["root"]
+    names = [instance["name"] for instance in instances]
+    # Everything that can refuse the run does so before the first change.
+    configs = config_texts(params, instances)
+    check_model(params)
+    check_numactl(params)
+    units = unit_files(params, instances)
+    stale = []
+    if params["remove_stale_instances"]:
+        stale = layout.stale_instances(layout.present_instances(root), names)
+        stale_check(stale)
+    if params["verify_units"] and any(
+        changes.read(path) != text.encode() for path, text in units.items()
+    ):
+        verify_units(module, units, names)
+
+    systemctl = module.get_bin_path("systemctl", required=True)
+    ensure_account(module, changes, params)
+    remove_stale(changes, systemctl, stale, root)
+    write_files(changes, params, instances, configs, units)
+    unit_changed = any(path.startswith(f"{layout.UNIT_DIR}/") for path in changes.changed_paths)
+    if unit_changed:
+        changes.run([systemctl, "daemon-reload"], "reload systemd (units changed)")
+    restart = layout.instances_to_restart(
+        changes.changed_paths, names, layout.template_path() in changes.changed_paths
+    )
+    services = apply_services(changes, systemctl, names, restart)
+    readiness = {} if module.check_mode else wait_ready(module, systemctl, instances)
+    return {
+        "files": list(changes.changed_paths),
+        "removed_instances": [instance.name for instance in stale],
+        "daemon_reload": unit_changed,
+        "readiness": readiness,
+        **services,
+    }
+
+
+def run_module() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    params = module.params
+    changes = NodeChanges(
+        check_mode=module.check_mode,
+        root=params["root"],
+        generations_dir=params["generations_dir"],
+        run_id=params["generation_run_id"],
+        live_runs=params["generations_live_runs"],
+    )
+    names: list[str] = []
+    try:
+        keys = ("name", "port") if params["readiness_only"] else INSTANCE_KEYS
+        instances = planned_instances(params["plan"], keys)
+        names = [instance["name"] for instance in instances]
+        if params["readiness_only"]:
+            systemctl = module.get_bin_path("systemctl", required=True)
+            result = {"readiness": wait_ready(module, systemctl, instances)}
+        else:
+            result = converge(module, changes, instances)
+    except ServiceError as error:
+        module.fail_json(msg=str(error), instances=names, **error.details, **changes.result())
+    except (NodeFileError, layout.LayoutError) as error:
+        module.fail_json(msg=str(error), instances=names, **changes.result())
+    module.exit_json(instances=names, **result, **changes.result())
+
+
+def main() -> None:
+    run_module()
+
+
+if __name__ == "__main__":
+    main()
