@@ -1,4 +1,9 @@
-"""The kernel_cmdline module: run logic on a temp root, and through real ansible."""
+"""The kernel_cmdline module: run logic on a temp root, and through real ansible.
+
+The boot loader tools are small shell scripts in a temp bin directory: update-grub sources
+the temp root's grub defaults files and writes its grub.cfg (one entry, like grub-mkconfig's
+10_linux), grubby prints a canned --info=ALL and logs its other calls.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import lingbot_fleet
 import lingbot_fleet.cmdline
 import lingbot_fleet.generations
 import lingbot_fleet.grub
+import lingbot_fleet.nodefiles
 
 REPO = Path(__file__).resolve().parents[2]
 LIBRARY = REPO / "roles" / "kernel_cmdline" / "library"
@@ -27,17 +33,17 @@ DROPIN_TEXT = (
     "# Set them in the inventory (kernel_cmdline_present), not here.\n"
     'GRUB_CMDLINE_LINUX="$GRUB_CMDLINE_LINUX iommu=pt"\n'
 )
+GENERATIONS = "var/lib/lingbot-fleet/generations"
 
 
 def load_module() -> ModuleType:
     import ansible.module_utils
 
+    for name in ("cmdline", "grub", "generations", "nodefiles"):
+        sys.modules.setdefault(
+            f"ansible.module_utils.lingbot_fleet.{name}", getattr(lingbot_fleet, name)
+        )
     sys.modules.setdefault("ansible.module_utils.lingbot_fleet", lingbot_fleet)
-    sys.modules.setdefault("ansible.module_utils.lingbot_fleet.cmdline", lingbot_fleet.cmdline)
-    sys.modules.setdefault("ansible.module_utils.lingbot_fleet.grub", lingbot_fleet.grub)
-    sys.modules.setdefault(
-        "ansible.module_utils.lingbot_fleet.generations", lingbot_fleet.generations
-    )
     ansible.module_utils.lingbot_fleet = lingbot_fleet  # type: ignore[attr-defined]
     spec = importlib.util.spec_from_file_location("kernel_cmdline", LIBRARY / "kernel_cmdline.py")
     assert spec is not None and spec.loader is not None
@@ -49,40 +55,91 @@ def load_module() -> ModuleType:
 
 kc = load_module()
 
+UPDATE_GRUB = """#!/bin/sh
+set -e
+echo "update-grub $*" >> '{log}'
+if [ -e '{fail}' ]; then echo "grub-probe: error: cannot find a device for /" >&2; exit 1; fi
+. '{root}/etc/default/grub'
+for x in '{root}'/etc/default/grub.d/*.cfg; do [ -e "$x" ] && . "$x"; done
+mkdir -p '{root}/boot/grub'
+cat > '{root}/boot/grub/grub.cfg' <<EOF
+set default="${{GRUB_DEFAULT}}"
+menuentry 'Debian GNU/Linux' --class debian \\$menuentry_id_option 'gnulinux-simple-1' {{
+\tlinux\t/boot/vmlinuz-6.1.0-18-amd64 root=UUID=1 ro $GRUB_CMDLINE_LINUX $GRUB_CMDLINE_LINUX_DEFAULT
+}}
+EOF
+"""
 
-class FakeNode:
-    """Commands of a node: sh is real, the bootloader tools are recorded."""
+GRUBBY = """#!/bin/sh
+if [ "$1" = "--info=ALL" ]; then cat '{info}'; exit 0; fi
+echo "grubby $*" >> '{log}'
+if [ -e '{after}' ]; then
+  for entry in '{root}'/boot/loader/entries/*.conf; do cp '{after}' "$entry"; done
+fi
+"""
 
-    def __init__(self, grubby_info: str = "") -> None:
-        self.calls: list[list[str]] = []
-        self.grubby_info = grubby_info
 
-    def run(self, argv: list[str], stdin_text: str | None) -> tuple[int, str, str]:
-        self.calls.append(argv)
-        if argv[0] == "/bin/sh":
-            done = subprocess.run(
-                argv, check=False, input=stdin_text, capture_output=True, text=True
+class Node:
+    """A temp root with /etc/default/grub, /proc and fake boot loader tools."""
+
+    def __init__(
+        self,
+        tmp_path: Path,
+        grub_text: str,
+        running: str,
+        *,
+        vendor: str = "AuthenticAMD",
+        os_id: str = "debian",
+    ) -> None:
+        self.root = tmp_path / "node"
+        self.bin = tmp_path / "bin"
+        self.log = tmp_path / "commands.log"
+        self.fail_marker = tmp_path / "update-grub.fail"
+        self.grubby_info = tmp_path / "grubby-info"
+        self.grubby_after = tmp_path / "grubby-entry-after"
+        (self.root / "etc/default/grub.d").mkdir(parents=True)
+        (self.root / "proc").mkdir()
+        self.bin.mkdir()
+        (self.root / "etc/default/grub").write_bytes(grub_text.encode())
+        (self.root / "etc/os-release").write_text(f'ID={os_id}\nPRETTY_NAME="test"\n')
+        (self.root / "proc/cmdline").write_text(running + "\n")
+        (self.root / "proc/cpuinfo").write_text(f"processor\t: 0\nvendor_id\t: {vendor}\n")
+        self.grubby_info.write_text("")
+        for name, text in (("update-grub", UPDATE_GRUB), ("grubby", GRUBBY)):
+            script = self.bin / name
+            script.write_text(
+                text.format(
+                    root=self.root,
+                    log=self.log,
+                    fail=self.fail_marker,
+                    info=self.grubby_info,
+                    after=self.grubby_after,
+                )
             )
-            return done.returncode, done.stdout, done.stderr
-        if argv[-1] == "--info=ALL":
-            return 0, self.grubby_info, ""
-        return 0, "", ""
+            script.chmod(0o755)
 
+    def find_bin(self, name: str) -> str | None:
+        if name == "sh":
+            return "/bin/sh"
+        path = self.bin / name
+        return str(path) if path.exists() else None
 
-def find_all(name: str) -> str | None:
-    return {"sh": "/bin/sh", "update-grub": "/usr/sbin/update-grub", "grubby": "/usr/sbin/grubby"}[
-        name
-    ]
+    def commands(self) -> list[str]:
+        return self.log.read_text().splitlines() if self.log.exists() else []
 
+    def update_grub(self) -> None:
+        subprocess.run([str(self.bin / "update-grub")], check=True)
+        self.log.unlink()
 
-def make_root(tmp_path: Path, grub_text: str, running: str, vendor: str = "AuthenticAMD") -> Path:
-    root = tmp_path / "node"
-    (root / "etc/default/grub.d").mkdir(parents=True)
-    (root / "proc").mkdir()
-    (root / "etc/default/grub").write_bytes(grub_text.encode())
-    (root / "proc/cmdline").write_text(running + "\n")
-    (root / "proc/cpuinfo").write_text(f"processor\t: 0\nvendor_id\t: {vendor}\n")
-    return root
+    def boot(self, running: str) -> None:
+        (self.root / "proc/cmdline").write_text(running + "\n")
+
+    def snapshot(self) -> dict[str, bytes]:
+        return {
+            str(path.relative_to(self.root)): path.read_bytes()
+            for path in sorted(self.root.rglob("*"))
+            if path.is_file()
+        }
 
 
 def params(root: Path, **overrides: Any) -> dict[str, Any]:
@@ -90,38 +147,33 @@ def params(root: Path, **overrides: Any) -> dict[str, Any]:
         "present": {"iommu": "pt"},
         "absent": ["pci=noacpi"],
         "iommu_vendor_switch": False,
-        "bootloader": "grub_d",
+        "bootloader": "auto",
         "dropin_name": "lingbot-fleet",
         "update_bootloader": True,
         "backup_dir": "/var/backup",
         "generation_run_id": None,
-        "generations_dir": "/var/lib/lingbot-fleet/generations",
+        "generations_dir": "/" + GENERATIONS,
+        "generations_live_runs": None,
         "root": str(root),
         "verify": False,
         "verify_gpu_numa": True,
+        "verify_against": "policy",
     }
     values.update(overrides)
     return values
 
 
-def snapshot(root: Path) -> dict[str, bytes]:
-    return {
-        str(path.relative_to(root)): path.read_bytes()
-        for path in sorted(root.rglob("*"))
-        if path.is_file()
-    }
-
-
-def configure(root: Path, node: FakeNode, *, check_mode: bool = False, **overrides: Any) -> dict:
-    actions = kc.Actions(
-        root=str(root),
+def configure(node: Node, *, check_mode: bool = False, **overrides: Any) -> dict[str, Any]:
+    values = params(node.root, **overrides)
+    changes = lingbot_fleet.nodefiles.NodeChanges(
         check_mode=check_mode,
-        backup_dir=overrides.get("backup_dir", "/var/backup"),
-        runner=node.run,
-        stamp="20250101T000000",
-        generation_run_id=overrides.get("generation_run_id"),
+        root=str(node.root),
+        generations_dir=values["generations_dir"],
+        run_id=values["generation_run_id"],
+        backup_dir=None if values["generation_run_id"] else values["backup_dir"],
+        backup_stamp="20250101T000000",
     )
-    return kc.configure(params(root, **overrides), actions, find_all)
+    return kc.configure(values, changes, node.find_bin)
 
 
 DEBIAN12 = (SAMPLES / "debian12.grub").read_text()
@@ -130,92 +182,127 @@ RUNNING_OLD = "BOOT_IMAGE=/boot/vmlinuz-6.1.0-18-amd64 root=UUID=1 ro quiet pci=
 RUNNING_NEW = "BOOT_IMAGE=/boot/vmlinuz-6.1.0-18-amd64 root=UUID=1 ro iommu=pt quiet"
 
 
-def test_first_run_edits_backs_up_and_updates_grub(tmp_path: Path) -> None:
-    root = make_root(tmp_path, DEBIAN12, RUNNING_OLD)
-    node = FakeNode()
-    result = configure(root, node)
+def installed(tmp_path: Path, grub_text: str = DEBIAN12, running: str = RUNNING_OLD) -> Node:
+    """A node as the installer leaves it: grub.cfg generated from its grub files."""
+    node = Node(tmp_path, grub_text, running)
+    node.update_grub()
+    return node
+
+
+def test_first_run_edits_saves_and_regenerates_grub_cfg(tmp_path: Path) -> None:
+    node = installed(tmp_path)
+    result = configure(node)
     assert result["changed"] is True
-    assert result["files"] == ["/etc/default/grub", "/" + DROPIN]
+    assert result["bootloader"] == "grub_d"
+    assert result["changed_paths"] == ["/etc/default/grub", "/" + DROPIN]
+    assert result["actions"] == [
+        "update /etc/default/grub",
+        "create /" + DROPIN,
+        "run update-grub (the default entry of /boot/grub/grub.cfg lacks iommu=pt, "
+        "holds pci=noacpi)",
+    ]
+    assert node.commands() == ["update-grub "]
     assert result["configured"] == ["iommu=pt", "quiet"]
+    assert result["next_boot"] == ["root=UUID=1", "ro", "iommu=pt", "quiet"]
+    assert result["next_boot_source"] == "/boot/grub/grub.cfg"
     assert result["running"] == RUNNING_OLD.split()
     assert result["reboot_required"] is True
     assert result["missing_running"] == ["iommu=pt"]
     assert result["unwanted_running"] == ["pci=noacpi"]
-    assert result["commands"] == [["/usr/sbin/update-grub"]]
-    backup = f"{root}/var/backup/20250101T000000/etc/default/grub"
+    assert result["ansible_facts"] == {
+        "kernel_cmdline_reboot_required": True,
+        "kernel_cmdline_configured": ["iommu=pt", "quiet"],
+        "kernel_cmdline_running": RUNNING_OLD.split(),
+    }
+    backup = f"{node.root}/var/backup/20250101T000000/etc/default/grub"
     assert result["backups"] == [backup]
     assert Path(backup).read_text() == DEBIAN12
-    assert (root / "etc/default/grub").read_text() == DEBIAN12_AFTER
-    assert (root / DROPIN).read_text() == DROPIN_TEXT
-    assert oct((root / DROPIN).stat().st_mode & 0o777) == "0o644"
-    assert node.calls == [["/bin/sh", "-n"], ["/bin/sh", "-n"], ["/usr/sbin/update-grub"]]
+    assert (node.root / "etc/default/grub").read_text() == DEBIAN12_AFTER
+    assert (node.root / DROPIN).read_text() == DROPIN_TEXT
+    assert oct((node.root / DROPIN).stat().st_mode & 0o777) == "0o644"
     assert result["diff"][0] == {
         "before_header": "/etc/default/grub",
         "after_header": "/etc/default/grub",
         "before": DEBIAN12,
         "after": DEBIAN12_AFTER,
     }
-    assert result["diff"][1]["before_header"] == "/dev/null"
+    assert result["diff"][1]["before_header"] == f"/{DROPIN} (absent)"
 
 
 def test_second_run_is_unchanged_and_runs_nothing(tmp_path: Path) -> None:
-    root = make_root(tmp_path, DEBIAN12, RUNNING_OLD)
-    configure(root, FakeNode())
-    before = snapshot(root)
-    node = FakeNode()
-    result = configure(root, node)
+    node = installed(tmp_path)
+    configure(node)
+    before = node.snapshot()
+    node.log.unlink()
+    result = configure(node)
     assert result["changed"] is False
-    assert result["files"] == [] and result["commands"] == [] and result["diff"] == []
+    assert result["actions"] == [] and result["changed_paths"] == [] and result["diff"] == []
     assert result["reboot_required"] is True
-    assert node.calls == []
-    assert snapshot(root) == before
+    assert node.commands() == []
+    assert node.snapshot() == before
+    node.boot(RUNNING_NEW)
+    assert configure(node)["ansible_facts"]["kernel_cmdline_reboot_required"] is False
+    assert lingbot_fleet.generations.boot_state(str(node.root))["reboot_required"] is False
 
 
 def test_check_mode_writes_nothing_and_reports_the_same(tmp_path: Path) -> None:
-    root = make_root(tmp_path, DEBIAN12, RUNNING_OLD)
-    before = snapshot(root)
-    node = FakeNode()
-    result = configure(root, node, check_mode=True)
-    assert snapshot(root) == before
+    node = installed(tmp_path)
+    before = node.snapshot()
+    result = configure(node, check_mode=True)
+    assert node.snapshot() == before
+    assert node.commands() == []
     assert result["changed"] is True
-    assert result["files"] == ["/etc/default/grub", "/" + DROPIN]
-    assert result["commands"] == [["/usr/sbin/update-grub"]]
+    assert result["changed_paths"] == ["/etc/default/grub", "/" + DROPIN]
+    assert result["actions"] == [
+        "would update /etc/default/grub",
+        "would create /" + DROPIN,
+        "would run update-grub (the default entry of /boot/grub/grub.cfg lacks iommu=pt, "
+        "holds pci=noacpi)",
+    ]
     assert result["configured"] == ["iommu=pt", "quiet"]
     assert result["diff"][0]["after"] == DEBIAN12_AFTER
-    assert node.calls == [["/bin/sh", "-n"], ["/bin/sh", "-n"]]
+    assert "backups" not in result
 
 
 def test_reboot_not_required_when_running_kernel_follows_policy(tmp_path: Path) -> None:
-    root = make_root(tmp_path, DEBIAN12, RUNNING_NEW)
-    result = configure(root, FakeNode())
+    node = installed(tmp_path, running=RUNNING_NEW)
+    result = configure(node)
     assert result["reboot_required"] is False
     assert result["missing_running"] == [] and result["unwanted_running"] == []
 
 
 def test_vendor_switch_comes_from_cpuinfo(tmp_path: Path) -> None:
-    root = make_root(tmp_path, 'GRUB_CMDLINE_LINUX=""\n', RUNNING_NEW, vendor="GenuineIntel")
-    result = configure(root, FakeNode(), iommu_vendor_switch=True)
+    node = Node(tmp_path, 'GRUB_CMDLINE_LINUX=""\n', RUNNING_NEW, vendor="GenuineIntel")
+    result = configure(node, iommu_vendor_switch=True)
     assert result["configured"] == ["iommu=pt", "intel_iommu=on"]
     assert result["missing_running"] == ["intel_iommu=on"]
     assert (
-        (root / DROPIN)
+        (node.root / DROPIN)
         .read_text()
         .endswith('GRUB_CMDLINE_LINUX="$GRUB_CMDLINE_LINUX iommu=pt intel_iommu=on"\n')
     )
 
 
 def test_missing_update_grub_fails_before_writing(tmp_path: Path) -> None:
-    root = make_root(tmp_path, DEBIAN12, RUNNING_OLD)
-    before = snapshot(root)
-    actions = kc.Actions(str(root), False, "/var/backup", FakeNode().run)
+    node = installed(tmp_path)
+    (node.bin / "update-grub").unlink()
+    before = node.snapshot()
     with pytest.raises(kc.ModuleError) as caught:
-        kc.configure(params(root), actions, lambda name: "/bin/sh" if name == "sh" else None)
+        configure(node)
     assert caught.value.msg == (
         "update-grub was not found on the node (searched PATH and the sbin directories); "
         "nothing was written. Install grub2-common, or set update_bootloader to false to "
         "edit the files only"
     )
-    assert snapshot(root) == before
+    assert node.snapshot() == before
+
+
+def test_converged_node_needs_no_update_grub(tmp_path: Path) -> None:
+    node = installed(tmp_path, DEBIAN12_AFTER, RUNNING_NEW)
+    (node.root / DROPIN).write_text(DROPIN_TEXT)
+    node.update_grub()
+    (node.bin / "update-grub").unlink()
+    assert configure(node)["changed"] is False
 
 
 @pytest.mark.parametrize(
@@ -247,24 +334,234 @@ def test_missing_update_grub_fails_before_writing(tmp_path: Path) -> None:
 def test_bad_input_writes_nothing(
     tmp_path: Path, grub_text: str, overrides: dict, error: type, message: str
 ) -> None:
-    root = make_root(tmp_path, grub_text, RUNNING_OLD)
-    before = snapshot(root)
-    node = FakeNode()
+    node = Node(tmp_path, grub_text, RUNNING_OLD)
+    before = node.snapshot()
     with pytest.raises(error) as caught:
-        configure(root, node, **overrides)
+        configure(node, **overrides)
     assert str(caught.value) == message
-    assert snapshot(root) == before
-    assert node.calls == []
+    assert node.snapshot() == before
+    assert node.commands() == []
 
 
 def test_empty_present_removes_the_owned_dropin(tmp_path: Path) -> None:
-    root = make_root(tmp_path, DEBIAN12_AFTER, RUNNING_NEW)
-    (root / DROPIN).write_text(DROPIN_TEXT)
-    result = configure(root, FakeNode(), present={})
-    assert result["files"] == ["/" + DROPIN]
-    assert not (root / DROPIN).exists()
-    assert Path(f"{root}/var/backup/20250101T000000/{DROPIN}").read_text() == DROPIN_TEXT
+    node = installed(tmp_path, DEBIAN12_AFTER, RUNNING_NEW)
+    (node.root / DROPIN).write_text(DROPIN_TEXT)
+    node.update_grub()
+    result = configure(node, present={})
+    assert result["changed_paths"] == ["/" + DROPIN]
+    assert result["actions"][0] == f"remove /{DROPIN}"
+    assert not (node.root / DROPIN).exists()
+    assert Path(f"{node.root}/var/backup/20250101T000000/{DROPIN}").read_text() == DROPIN_TEXT
+    assert node.commands() == ["update-grub "]
 
+
+# --- converging from state: grub.cfg against the grub files ------------------------------
+
+
+def test_stale_grub_cfg_is_regenerated(tmp_path: Path) -> None:
+    """The drop-in was written but update-grub never ran (a killed run, or by hand)."""
+    node = installed(tmp_path, DEBIAN12_AFTER, RUNNING_OLD)
+    (node.root / DROPIN).write_text(DROPIN_TEXT)
+    before_cfg = (node.root / "boot/grub/grub.cfg").read_text()
+    result = configure(node)
+    assert result["changed"] is True
+    assert result["changed_paths"] == []
+    assert result["actions"] == [
+        "run update-grub (the default entry of /boot/grub/grub.cfg lacks iommu=pt)"
+    ]
+    assert node.commands() == ["update-grub "]
+    assert (node.root / "boot/grub/grub.cfg").read_text() != before_cfg
+    assert result["next_boot"] == ["root=UUID=1", "ro", "iommu=pt", "quiet"]
+    node.log.unlink()
+    assert configure(node)["changed"] is False
+    assert node.commands() == []
+
+
+def test_stale_grub_cfg_still_holding_an_absent_parameter_is_regenerated(tmp_path: Path) -> None:
+    node = installed(tmp_path, DEBIAN12, RUNNING_OLD)
+    (node.root / "etc/default/grub").write_text(DEBIAN12_AFTER)
+    (node.root / DROPIN).write_text(DROPIN_TEXT)
+    result = configure(node, check_mode=True)
+    assert result["actions"] == [
+        "would run update-grub (the default entry of /boot/grub/grub.cfg lacks iommu=pt, "
+        "holds pci=noacpi)"
+    ]
+
+
+def test_failed_update_grub_is_retried_by_the_next_run(tmp_path: Path) -> None:
+    node = installed(tmp_path)
+    node.fail_marker.touch()
+    with pytest.raises(kc.ModuleError) as caught:
+        configure(node)
+    assert caught.value.msg.startswith(f"{node.bin}/update-grub failed with exit status 1: ")
+    assert "cannot find a device for /" in caught.value.msg
+    assert caught.value.msg.endswith(
+        "The grub defaults files are written; grub.cfg is regenerated by the next run. Fix "
+        "the cause and run again"
+    )
+    assert (node.root / DROPIN).exists()
+    node.fail_marker.unlink()
+    node.log.unlink()
+    again = configure(node)
+    assert again["changed"] is True and again["changed_paths"] == []
+    assert node.commands() == ["update-grub "]
+    assert "iommu=pt" in (node.root / "boot/grub/grub.cfg").read_text()
+
+
+def test_grub_cfg_that_does_not_follow_the_files_after_update_grub_fails(tmp_path: Path) -> None:
+    node = installed(tmp_path)
+    grub_cfg = node.root / "boot/grub/grub.cfg"
+    script = node.bin / "update-grub"
+    script.write_text(
+        f'#!/bin/sh\nprintf \'menuentry "Custom" {{\\n linux /vmlinuz ro quiet pci=noacpi\\n'
+        f"}}\\n' > '{grub_cfg}'\n"
+    )
+    with pytest.raises(kc.ModuleError) as caught:
+        configure(node)
+    assert caught.value.msg == (
+        "update-grub ran, but the default entry of /boot/grub/grub.cfg (Custom) still lacks "
+        "iommu=pt, holds pci=noacpi: grub does not boot what the grub defaults files "
+        "configure. Check GRUB_DEFAULT and the scripts in /etc/grub.d, then run again"
+    )
+
+
+# --- a parameter already set where the admin put it -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("grub_text", "dropin"),
+    [
+        ('GRUB_CMDLINE_LINUX_DEFAULT="quiet"\nGRUB_CMDLINE_LINUX="iommu=pt"\n', None),
+        ('GRUB_CMDLINE_LINUX_DEFAULT="quiet iommu=pt"\nGRUB_CMDLINE_LINUX=""\n', None),
+        (
+            'GRUB_CMDLINE_LINUX_DEFAULT="quiet"\nGRUB_CMDLINE_LINUX=""\n',
+            ("10-site.cfg", 'GRUB_CMDLINE_LINUX="$GRUB_CMDLINE_LINUX iommu=pt"\n'),
+        ),
+    ],
+)
+def test_parameter_already_set_is_satisfied(
+    tmp_path: Path, grub_text: str, dropin: tuple[str, str] | None
+) -> None:
+    node = Node(tmp_path, grub_text, RUNNING_NEW)
+    if dropin is not None:
+        (node.root / "etc/default/grub.d" / dropin[0]).write_text(dropin[1])
+    node.update_grub()
+    before = node.snapshot()
+    result = configure(node)
+    assert result["changed"] is False
+    assert result["actions"] == []
+    assert node.commands() == []
+    assert node.snapshot() == before
+    assert not (node.root / DROPIN).exists()
+    assert result["reboot_required"] is False
+    assert result["configured"].count("iommu=pt") == 1
+    assert lingbot_fleet.generations.boot_state(str(node.root))["reboot_required"] is False
+
+
+def test_dropin_that_repeats_an_admin_parameter_is_removed(tmp_path: Path) -> None:
+    """iommu=pt moved into /etc/default/grub by hand, the drop-in still adds it too."""
+    grub_text = 'GRUB_CMDLINE_LINUX_DEFAULT="quiet iommu=pt"\nGRUB_CMDLINE_LINUX=""\n'
+    node = Node(tmp_path, grub_text, RUNNING_NEW)
+    (node.root / DROPIN).write_text(DROPIN_TEXT)
+    node.update_grub()
+    result = configure(node)
+    assert result["changed_paths"] == ["/" + DROPIN]
+    assert not (node.root / DROPIN).exists()
+    assert result["configured"] == ["quiet", "iommu=pt"]
+    assert result["reboot_required"] is False
+    assert lingbot_fleet.generations.boot_state(str(node.root))["reboot_required"] is False
+
+
+def test_hand_edit_matching_the_generated_grub_cfg_changes_nothing(tmp_path: Path) -> None:
+    """The drop-in's parameter moved into /etc/default/grub, grub.cfg left as it was."""
+    node = installed(tmp_path)
+    configure(node)
+    node.boot(RUNNING_NEW)
+    (node.root / DROPIN).unlink()
+    text = DEBIAN12_AFTER.replace(
+        'GRUB_CMDLINE_LINUX_DEFAULT="quiet"', 'GRUB_CMDLINE_LINUX_DEFAULT="quiet iommu=pt"'
+    )
+    (node.root / "etc/default/grub").write_text(text)
+    node.log.unlink()
+    result = configure(node)
+    assert result["changed"] is False
+    assert node.commands() == []
+    assert result["reboot_required"] is False
+    assert lingbot_fleet.generations.boot_state(str(node.root))["reboot_required"] is False
+
+
+UBUNTU_GRUB_CFG = """\
+function gfxmode {
+\tset gfxpayload="${1}"
+\tif [ "${1}" = "keep" ]; then
+\t\tset vt_handoff=vt.handoff=7
+\telse
+\t\tset vt_handoff=
+\tfi
+}
+set linux_gfx_mode=keep
+menuentry 'Ubuntu' --class ubuntu $menuentry_id_option 'gnulinux-simple-1' {
+\tgfxmode $linux_gfx_mode
+\tlinux\t/boot/vmlinuz-6.8.0-31-generic root=UUID=1 ro  iommu=pt quiet splash $vt_handoff
+}
+"""
+
+
+def test_ubuntu_vt_handoff_makes_no_stale_grub_cfg_nor_pending_reboot(tmp_path: Path) -> None:
+    grub_text = 'GRUB_CMDLINE_LINUX_DEFAULT="quiet splash"\nGRUB_CMDLINE_LINUX="iommu=pt"\n'
+    running = "BOOT_IMAGE=/boot/vmlinuz-6.8.0-31-generic root=UUID=1 ro iommu=pt quiet splash "
+    node = Node(tmp_path, grub_text, running + "vt.handoff=7", os_id="ubuntu")
+    (node.root / "boot/grub").mkdir(parents=True)
+    (node.root / "boot/grub/grub.cfg").write_text(UBUNTU_GRUB_CFG)
+    result = configure(node)
+    assert result["changed"] is False
+    assert node.commands() == []
+    assert result["next_boot"][-1] == "vt.handoff=7"
+    assert lingbot_fleet.generations.boot_state(str(node.root))["reboot_required"] is False
+    node.boot(running)
+    assert lingbot_fleet.generations.boot_state(str(node.root))["reboot_required"] is False
+
+
+# --- the boot loader family ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("os_release", "bls", "expected"),
+    [
+        ("ID=debian\n", False, "grub_d"),
+        ('ID=ubuntu\nID_LIKE="debian"\n', False, "grub_d"),
+        ('ID="rocky"\nID_LIKE="rhel centos fedora"\n', False, "grubby"),
+        ('ID="rhel"\nID_LIKE="fedora"\n', False, "grubby"),
+        ("ID=debian\n", True, "grubby"),
+        ("ID=gentoo\n", False, "grub_d"),
+    ],
+)
+def test_bootloader_is_detected_on_the_node(
+    tmp_path: Path, os_release: str, bls: bool, expected: str
+) -> None:
+    node = Node(tmp_path, 'GRUB_CMDLINE_LINUX=""\n', RUNNING_NEW)
+    (node.root / "etc/os-release").write_text(os_release)
+    if bls:
+        (node.root / "boot/loader/entries").mkdir(parents=True)
+        (node.root / "boot/loader/entries/abc-5.14.0.conf").write_text("options ro\n")
+    assert kc.detect_bootloader("auto", str(node.root), node.find_bin) == expected
+    assert kc.detect_bootloader("grubby", str(node.root), node.find_bin) == "grubby"
+
+
+def test_unknown_node_without_tools_fails_with_the_fix(tmp_path: Path) -> None:
+    node = Node(tmp_path, 'GRUB_CMDLINE_LINUX=""\n', RUNNING_NEW)
+    (node.root / "etc/os-release").write_text('ID=alpine\nID_LIKE=""\n')
+    with pytest.raises(kc.ModuleError) as caught:
+        kc.detect_bootloader("auto", str(node.root), lambda name: None)
+    assert caught.value.msg == (
+        "cannot tell how this node boots: /etc/os-release names neither the Debian nor the "
+        "RedHat family (ID and ID_LIKE: alpine), there are no BLS entries and neither "
+        "update-grub nor grubby is installed; nothing was written. Set bootloader "
+        "(kernel_cmdline_bootloader) to grub_d or grubby"
+    )
+
+
+# --- grubby (RedHat family) ----------------------------------------------------------------
 
 GRUBBY_INFO = (
     'index=0\nkernel="/boot/vmlinuz-5.14.0-362.el9.x86_64"\n'
@@ -274,83 +571,108 @@ GRUBBY_INFO = (
 )
 
 
+def rhel_node(tmp_path: Path, grub_text: str, running: str, info: str) -> Node:
+    node = Node(tmp_path, grub_text, running, os_id='"rocky"\nID_LIKE="rhel centos fedora"')
+    node.grubby_info.write_text(info)
+    return node
+
+
 def test_grubby_family_edits_default_grub_and_boot_entries(tmp_path: Path) -> None:
     grub_text = 'GRUB_TIMEOUT=5\nGRUB_CMDLINE_LINUX="crashkernel=auto pci=noacpi rhgb quiet"\n'
-    root = make_root(tmp_path, grub_text, RUNNING_OLD)
-    node = FakeNode(GRUBBY_INFO)
-    result = configure(root, node, bootloader="grubby")
-    assert (root / "etc/default/grub").read_text() == (
+    node = rhel_node(tmp_path, grub_text, RUNNING_OLD, GRUBBY_INFO)
+    result = configure(node)
+    assert result["bootloader"] == "grubby"
+    assert (node.root / "etc/default/grub").read_text() == (
         'GRUB_TIMEOUT=5\nGRUB_CMDLINE_LINUX="crashkernel=auto rhgb quiet iommu=pt"\n'
     )
-    assert result["commands"] == [
-        [
-            "/usr/sbin/grubby",
-            "--update-kernel=ALL",
-            "--args=iommu=pt pci=realloc",
-            "--remove-args=pci=noacpi,realloc",
-        ]
+    assert node.commands() == [
+        "grubby --update-kernel=ALL --args=iommu=pt pci=realloc --remove-args=pci=noacpi,realloc"
     ]
-    assert not (root / "etc/default/grub.d/lingbot-fleet.cfg").exists()
+    assert result["actions"][-1] == (
+        "run grubby --update-kernel=ALL --args=iommu=pt pci=realloc "
+        "--remove-args=pci=noacpi,realloc"
+    )
+    assert not (node.root / DROPIN).exists()
 
 
 def test_grubby_family_second_run_is_unchanged(tmp_path: Path) -> None:
     grub_text = 'GRUB_CMDLINE_LINUX="rhgb quiet iommu=pt"\n'
-    root = make_root(tmp_path, grub_text, RUNNING_NEW)
     info = 'kernel="/boot/vmlinuz-5"\nargs="ro rhgb quiet iommu=pt pci=realloc"\n'
-    result = configure(root, FakeNode(info), bootloader="grubby")
+    node = rhel_node(tmp_path, grub_text, RUNNING_NEW, info)
+    result = configure(node)
     assert result["changed"] is False
-    assert result["commands"] == []
+    assert node.commands() == []
 
 
-# --- recording into the run's generation -----------------------------------------------
-
-GENERATIONS = "var/lib/lingbot-fleet/generations"
-
-
-def test_generation_run_id_records_files_instead_of_backing_up(tmp_path: Path) -> None:
-    root = make_root(tmp_path, DEBIAN12, RUNNING_OLD)
-    result = configure(root, FakeNode(), generation_run_id="run-1")
-    pending = root / GENERATIONS / "pending/run-1"
-    assert result["backups"] == [str(pending / "files/etc/default/grub")]
-    assert (pending / "files/etc/default/grub").read_text() == DEBIAN12
-    assert not (root / "var/backup").exists()
-    committed = lingbot_fleet.generations.commit(
-        "/" + GENERATIONS, "run-1", {"playbook": "site.yml"}, root=str(root)
-    )
-    assert committed.generation == 1
-    assert committed.changed_files == ["/etc/default/grub", "/" + DROPIN]
-    plan = lingbot_fleet.generations.plan_rollback("/" + GENERATIONS, root=str(root))
-    assert [(r.path, r.action) for r in plan.restores] == [
-        ("/etc/default/grub", "write"),
-        ("/" + DROPIN, "remove"),
-    ]
-    lingbot_fleet.generations.apply_rollback(plan, "/" + GENERATIONS, "rb", str(root))
-    assert (root / "etc/default/grub").read_text() == DEBIAN12
-    assert not (root / DROPIN).exists()
-
-
-def test_generation_check_mode_records_nothing(tmp_path: Path) -> None:
-    root = make_root(tmp_path, DEBIAN12, RUNNING_OLD)
-    before = snapshot(root)
-    configure(root, FakeNode(), check_mode=True, generation_run_id="run-1")
-    assert snapshot(root) == before
+def bls_node(tmp_path: Path) -> Node:
+    grub_text = 'GRUB_CMDLINE_LINUX="crashkernel=auto pci=noacpi rhgb quiet"\n'
+    node = rhel_node(tmp_path, grub_text, RUNNING_OLD, GRUBBY_INFO)
+    entries = node.root / "boot/loader/entries"
+    entries.mkdir(parents=True)
+    (entries / "abc-5.14.0.conf").write_text("version 5.14.0\noptions ro pci=noacpi,realloc\n")
+    (node.root / "boot/grub2").mkdir(parents=True)
+    (node.root / "boot/grub2/grubenv").write_text("# GRUB Environment Block\n")
+    return node
 
 
 def test_grubby_family_records_the_boot_entries_before_grubby(tmp_path: Path) -> None:
-    grub_text = 'GRUB_CMDLINE_LINUX="crashkernel=auto pci=noacpi rhgb quiet"\n'
-    root = make_root(tmp_path, grub_text, RUNNING_OLD)
-    entries = root / "boot/loader/entries"
-    entries.mkdir(parents=True)
-    (entries / "abc-5.14.0.conf").write_text("options ro pci=noacpi,realloc\n")
-    (root / "boot/grub2").mkdir(parents=True)
-    (root / "boot/grub2/grubenv").write_text("# GRUB Environment Block\n")
-    configure(root, FakeNode(GRUBBY_INFO), bootloader="grubby", generation_run_id="run-1")
-    manifest = json.loads((root / GENERATIONS / "pending/run-1/manifest.json").read_text())
+    node = bls_node(tmp_path)
+    node.grubby_after.write_text("version 5.14.0\noptions ro pci=realloc iommu=pt\n")
+    result = configure(node, generation_run_id="run-1")
+    manifest = json.loads((node.root / GENERATIONS / "pending/run-1/manifest.json").read_text())
     assert [entry["path"] for entry in manifest["files"]] == [
         "/etc/default/grub",
         "/boot/loader/entries/abc-5.14.0.conf",
         "/boot/grub2/grubenv",
     ]
+    assert result["ansible_facts"]["lingbot_generation_pending"] == "run-1"
+    assert result["next_boot_source"] == "/boot/loader/entries/abc-5.14.0.conf"
+    assert result["next_boot"] == ["ro", "pci=realloc", "iommu=pt"]
+
+
+def test_boot_entry_that_grubby_left_wrong_fails(tmp_path: Path) -> None:
+    node = bls_node(tmp_path)
+    with pytest.raises(kc.ModuleError) as caught:
+        configure(node)
+    assert caught.value.msg == (
+        "grubby ran, but the default boot entry /boot/loader/entries/abc-5.14.0.conf still "
+        "lacks iommu=pt, holds pci=noacpi,realloc. Check it with grubby --info=DEFAULT, then "
+        "run again"
+    )
+
+
+# --- recording into the run's generation -----------------------------------------------
+
+
+def test_generation_run_id_records_files_instead_of_backing_up(tmp_path: Path) -> None:
+    node = installed(tmp_path)
+    result = configure(node, generation_run_id="run-1")
+    pending = node.root / GENERATIONS / "pending/run-1"
+    assert result["backups"] == [str(pending / "files/etc/default/grub")]
+    assert result["ansible_facts"]["lingbot_generation_pending"] == "run-1"
+    assert (pending / "files/etc/default/grub").read_text() == DEBIAN12
+    assert not (node.root / "var/backup").exists()
+    committed = lingbot_fleet.generations.commit(
+        "/" + GENERATIONS, "run-1", {"playbook": "site.yml"}, root=str(node.root)
+    )
+    assert committed.generation == 1
+    assert committed.changed_files == ["/etc/default/grub", "/" + DROPIN]
+    plan = lingbot_fleet.generations.plan_rollback("/" + GENERATIONS, root=str(node.root))
+    assert [(r.path, r.action) for r in plan.restores] == [
+        ("/etc/default/grub", "write"),
+        ("/" + DROPIN, "remove"),
+    ]
+    lingbot_fleet.generations.apply_rollback(plan, "/" + GENERATIONS, "rb", str(node.root))
+    assert (node.root / "etc/default/grub").read_text() == DEBIAN12
+    assert not (node.root / DROPIN).exists()
+
+
+def test_generation_check_mode_records_nothing(tmp_path: Path) -> None:
+    node = installed(tmp_path)
+    before = node.snapshot()
+    result = configure(node, check_mode=True, generation_run_id="run-1")
+    assert node.snapshot() == before
+    assert "lingbot_generation_pending" not in result["ansible_facts"]
 
 
 # --- verify mode ---------------------------------------------------------------------------
@@ -373,22 +695,26 @@ def make_sysfs(root: Path, group_type: str, numa_node: str) -> None:
 
 
 def test_verify_passes_with_evidence(tmp_path: Path) -> None:
-    root = make_root(tmp_path, DEBIAN12, RUNNING_NEW)
-    make_sysfs(root, "identity", "0")
-    result = kc.verify(params(root, verify=True))
+    node = Node(tmp_path, DEBIAN12, RUNNING_NEW)
+    make_sysfs(node.root, "identity", "0")
+    result = kc.verify(params(node.root, verify=True))
     assert result["problems"] == []
     assert result["evidence"] == {
         "cmdline": RUNNING_NEW,
         "iommu_group_types": {"18": "identity"},
         "gpus": [{"bdf": "0000:41:00.0", "numa_node": 0}],
     }
+    assert result["ansible_facts"] == {
+        "kernel_cmdline_reboot_required": False,
+        "kernel_cmdline_running": RUNNING_NEW.split(),
+    }
 
 
 def test_verify_fails_with_every_problem(tmp_path: Path) -> None:
-    root = make_root(tmp_path, DEBIAN12, RUNNING_OLD)
-    make_sysfs(root, "DMA-FQ", "-1")
+    node = Node(tmp_path, DEBIAN12, RUNNING_OLD)
+    make_sysfs(node.root, "DMA-FQ", "-1")
     with pytest.raises(kc.ModuleError) as caught:
-        kc.verify(params(root, verify=True))
+        kc.verify(params(node.root, verify=True))
     assert caught.value.msg == (
         "the running kernel does not follow the kernel command-line policy: iommu=pt is "
         "missing from /proc/cmdline; pci=noacpi is in /proc/cmdline; IOMMU group 18 has type "
@@ -399,19 +725,19 @@ def test_verify_fails_with_every_problem(tmp_path: Path) -> None:
 
 
 def test_verify_numa_check_can_be_turned_off(tmp_path: Path) -> None:
-    root = make_root(tmp_path, DEBIAN12, RUNNING_NEW)
-    make_sysfs(root, "identity", "-1")
-    assert kc.verify(params(root, verify=True, verify_gpu_numa=False))["problems"] == []
+    node = Node(tmp_path, DEBIAN12, RUNNING_NEW)
+    make_sysfs(node.root, "identity", "-1")
+    assert kc.verify(params(node.root, verify=True, verify_gpu_numa=False))["problems"] == []
 
 
 # --- through real ansible ----------------------------------------------------------------
 
 
-def run_ansible(root: Path, *, check: bool = False, **overrides: Any) -> dict:
+def run_ansible(node: Node, *, check: bool = False, diff: bool = False, **overrides: Any) -> dict:
     args = {
         "present": {"iommu": "pt"},
         "absent": ["pci=noacpi"],
-        "root": str(root),
+        "root": str(node.root),
         "update_bootloader": False,
         "backup_dir": "/var/backup",
     }
@@ -426,8 +752,8 @@ def run_ansible(root: Path, *, check: bool = False, **overrides: Any) -> dict:
             "ANSIBLE_STDOUT_CALLBACK": "minimal",
             "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
             "ANSIBLE_NOCOLOR": "1",
-            "ANSIBLE_LOCAL_TEMP": str(root.parent / "ansible-tmp"),
-            "ANSIBLE_HOME": str(root.parent / "ansible-home"),
+            "ANSIBLE_LOCAL_TEMP": str(node.root.parent / "ansible-tmp"),
+            "ANSIBLE_HOME": str(node.root.parent / "ansible-home"),
         }
     )
     ansible = Path(sys.executable).parent / "ansible"
@@ -447,46 +773,54 @@ def run_ansible(root: Path, *, check: bool = False, **overrides: Any) -> dict:
     ]
     if check:
         argv.append("--check")
+    if diff:
+        argv.append("--diff")
     done = subprocess.run(
         argv, check=False, env=env, cwd=REPO, capture_output=True, text=True, timeout=120
     )
     marker = done.stdout.find("localhost | ")
     _, separator, body = done.stdout[max(marker, 0) :].partition(" => ")
     assert marker >= 0 and separator, done.stderr + done.stdout
-    return json.loads(body)
+    return json.loads(body[: body.rfind("}") + 1])
 
 
 def test_real_ansible_check_then_apply_then_unchanged(tmp_path: Path) -> None:
-    root = make_root(tmp_path, DEBIAN12, RUNNING_OLD)
-    before = snapshot(root)
-    checked = run_ansible(root, check=True)
+    node = installed(tmp_path)
+    before = node.snapshot()
+    checked = run_ansible(node, check=True)
     assert checked["changed"] is True
-    assert checked["files"] == ["/etc/default/grub", "/" + DROPIN]
-    assert snapshot(root) == before
-    applied = run_ansible(root)
+    assert checked["changed_paths"] == ["/etc/default/grub", "/" + DROPIN]
+    assert node.snapshot() == before
+    applied = run_ansible(node)
     assert applied["changed"] is True
     assert applied["configured"] == ["iommu=pt", "quiet"]
     assert applied["reboot_required"] is True
-    assert (root / "etc/default/grub").read_text() == DEBIAN12_AFTER
-    assert (root / DROPIN).read_text() == DROPIN_TEXT
-    again = run_ansible(root)
+    assert (node.root / "etc/default/grub").read_text() == DEBIAN12_AFTER
+    assert (node.root / DROPIN).read_text() == DROPIN_TEXT
+    again = run_ansible(node)
     assert again["changed"] is False
-    assert again["files"] == []
+    assert again["changed_paths"] == []
 
 
-def test_real_ansible_records_into_the_generation(tmp_path: Path) -> None:
-    root = make_root(tmp_path, DEBIAN12, RUNNING_OLD)
-    applied = run_ansible(root, generation_run_id="run-1")
-    pending = root / "var/lib/lingbot-fleet/generations/pending/run-1"
+def test_real_ansible_records_into_the_generation_and_sets_facts(tmp_path: Path) -> None:
+    node = installed(tmp_path)
+    applied = run_ansible(node, generation_run_id="run-1")
+    pending = node.root / GENERATIONS / "pending/run-1"
     assert applied["backups"] == [str(pending / "files/etc/default/grub")]
     assert (pending / "files/etc/default/grub").read_text() == DEBIAN12
+    assert applied["ansible_facts"] == {
+        "kernel_cmdline_reboot_required": True,
+        "kernel_cmdline_configured": ["iommu=pt", "quiet"],
+        "kernel_cmdline_running": RUNNING_OLD.split(),
+        "lingbot_generation_pending": "run-1",
+    }
 
 
 def test_real_ansible_reports_a_bad_policy(tmp_path: Path) -> None:
-    root = make_root(tmp_path, DEBIAN12, RUNNING_OLD)
-    before = snapshot(root)
-    result = run_ansible(root, absent=["iommu"])
-    assert snapshot(root) == before
+    node = installed(tmp_path)
+    before = node.snapshot()
+    result = run_ansible(node, absent=["iommu"])
+    assert node.snapshot() == before
     assert result["changed"] is False
     assert result["msg"] == (
         "kernel parameter 'iommu' is asked to be absent while 'iommu=pt' is asked to be "

@@ -144,6 +144,15 @@ options:
         off on single-socket machines whose firmware reports no proximity at all.
     type: bool
     default: true
+  verify_against:
+    description:
+      - In verify mode, what the running kernel is held to. C(policy) - the present and
+        absent parameters (and the IOMMU and NUMA evidence above). C(configuration) - the
+        command line the node's boot configuration gives its default entry (what a
+        rollback restored), whatever it holds; the policy is not applied.
+    type: str
+    choices: [policy, configuration]
+    default: policy
 attributes:
   check_mode:
     support: full
@@ -295,6 +304,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.lingbot_fleet import bootloader
 from ansible.module_utils.lingbot_fleet.cmdline import (
     CmdlinePolicy,
     KernelParam,
@@ -324,6 +334,7 @@ from ansible.module_utils.lingbot_fleet.grub import (
     parse_grub_file,
     plan_default_grub,
     plan_grub_d,
+    reboot_pending,
     sourcing_order,
 )
 from ansible.module_utils.lingbot_fleet.nodefiles import NodeChanges, NodeFileError, run_command
@@ -342,13 +353,12 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "root": {"type": "path", "default": "/"},
     "verify": {"type": "bool", "default": False},
     "verify_gpu_numa": {"type": "bool", "default": True},
+    "verify_against": {"type": "str", "choices": ["policy", "configuration"], "default": "policy"},
 }
 
 NVIDIA_VENDOR_ID = "0x10de"
 GRUBENV_PATHS = ("/boot/grub2/grubenv", "/boot/grub/grubenv")
 DISPLAY_CLASS_PREFIX = "0x03"
-DEBIAN_IDS = frozenset({"debian", "ubuntu"})
-REDHAT_IDS = frozenset({"rhel", "centos", "fedora", "rocky", "almalinux", "ol", "amzn"})
 
 FindBin = Callable[[str], "str | None"]
 
@@ -402,42 +412,15 @@ def resolve_policy(params: dict[str, Any], root: str) -> CmdlinePolicy:
 # --- which boot loader -------------------------------------------------------------
 
 
-def os_release_ids(root: str) -> list[str]:
-    """ID then ID_LIKE of /etc/os-release (or /usr/lib/os-release), lower case."""
-    for path in ("/etc/os-release", "/usr/lib/os-release"):
-        text = read_optional(on_root(root, path))
-        if text is None:
-            continue
-        values: dict[str, str] = {}
-        for line in text.splitlines():
-            key, sep, value = line.partition("=")
-            if sep:
-                values[key.strip()] = value.strip().strip("'\"").lower()
-        return values.get("ID", "").split() + values.get("ID_LIKE", "").split()
-    return []
-
-
 def detect_bootloader(choice: str, root: str, find_bin: FindBin) -> str:
     """grub_d or grubby: what this node boots from (see the bootloader option)."""
-    if choice != "auto":
-        return choice
-    if glob.glob(os.path.join(on_root(root, BLS_ENTRIES_DIR), "*.conf")) and find_bin("grubby"):
-        return "grubby"
-    ids = os_release_ids(root)
-    if DEBIAN_IDS.intersection(ids):
-        return "grub_d"
-    if REDHAT_IDS.intersection(ids) or os.path.exists(on_root(root, "/etc/redhat-release")):
-        return "grubby"
-    if find_bin("update-grub"):
-        return "grub_d"
-    if find_bin("grubby"):
-        return "grubby"
-    raise ModuleError(
-        "cannot tell how this node boots: /etc/os-release names neither the Debian nor the "
-        f"RedHat family (ID and ID_LIKE: {' '.join(ids) or 'none'}), there are no BLS "
-        "entries and neither update-grub nor grubby is installed; nothing was written. Set "
-        "bootloader (kernel_cmdline_bootloader) to grub_d or grubby"
-    )
+    try:
+        return bootloader.detect(choice, root, find_bin)
+    except bootloader.BootloaderError as error:
+        raise ModuleError(
+            f"{error}; nothing was written. Set bootloader (kernel_cmdline_bootloader) to "
+            "grub_d or grubby"
+        ) from error
 
 
 def require_bin(find_bin: FindBin, bootloader: str) -> str:
@@ -800,11 +783,29 @@ def verification_problems(
     return problems
 
 
+def configuration_problems(root: str, running_text: str) -> list[str]:
+    """How the running kernel differs from what the boot configuration boots."""
+    boot = next_boot(root, running_text)
+    if boot.args is None:
+        return ["the boot configuration has no default entry to compare /proc/cmdline with"]
+    if not reboot_pending(running_text, boot):
+        return []
+    return [
+        f"/proc/cmdline ({running_text}) is not what the default entry of {boot.source} "
+        f"boots ({' '.join(boot.args)}): the node did not boot its configuration"
+    ]
+
+
 def verify(params: dict[str, Any]) -> dict[str, Any]:
     root = params["root"]
     policy = resolve_policy(params, root)
     evidence = collect_evidence(root)
-    problems = verification_problems(policy, evidence, require_gpu_numa=params["verify_gpu_numa"])
+    if params["verify_against"] == "configuration":
+        problems = configuration_problems(root, evidence["cmdline"])
+    else:
+        problems = verification_problems(
+            policy, evidence, require_gpu_numa=params["verify_gpu_numa"]
+        )
     report = check_policy(parse_cmdline(evidence["cmdline"]), policy)
     running = split_words(evidence["cmdline"])
     result = {
@@ -816,8 +817,9 @@ def verify(params: dict[str, Any]) -> dict[str, Any]:
         "problems": problems,
     }
     if problems:
+        against = "policy" if params["verify_against"] == "policy" else "boot configuration"
         raise ModuleError(
-            "the running kernel does not follow the kernel command-line policy: "
+            f"the running kernel does not follow the kernel command-line {against}: "
             + "; ".join(problems),
             **result,
         )
