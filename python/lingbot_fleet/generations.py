@@ -38,7 +38,7 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -274,6 +274,31 @@ def _load_pending(run_dir: str, run_id: str) -> dict[str, Any]:
             f"is damaged. Move {run_dir} away (its files/ hold the saved copies) and run again"
         ) from error
     return manifest
+
+
+def update_pending(
+    generations_dir: str, run_id: str, notes: Mapping[str, Any], root: str = "/"
+) -> None:
+    """Set keys of the run's open manifest (what a run still owes the node, e.g. the
+    effects of a rollback), so a later run can finish them when this one cannot."""
+    run_dir = pending_dir(generations_dir, run_id, root)
+    manifest = _load_pending(run_dir, run_id)
+    manifest.update(notes)
+    write_json_atomic(os.path.join(run_dir, MANIFEST), manifest)
+
+
+def open_runs(generations_dir: str, root: str = "/") -> dict[str, dict[str, Any]]:
+    """Run id -> open manifest, for every run with an open generation on the node."""
+    base = on_root(root, os.path.join(generations_dir, PENDING))
+    try:
+        names = sorted(os.listdir(base))
+    except FileNotFoundError:
+        return {}
+    return {
+        name: _load_pending(os.path.join(base, name), name)
+        for name in names
+        if _RUN_ID.fullmatch(name)
+    }
 
 
 def _private_tree(base_real: str) -> None:
@@ -808,12 +833,18 @@ def plan_rollback(
 
 
 def apply_rollback(
-    plan: RollbackPlan, generations_dir: str, run_id: str, root: str = "/"
+    plan: RollbackPlan,
+    generations_dir: str,
+    run_id: str,
+    root: str = "/",
+    before_swap: Callable[[], None] | None = None,
 ) -> list[str]:
     """Record the current files in the run's generation, then restore them.
 
-    Every restored file is staged next to its target first; only when all are staged do
-    the renames and removals happen. Returns the paths changed.
+    Every restored file is staged next to its target first; only when all are staged does
+    ``before_swap`` run (the rollback notes its effects and stops the units it takes
+    away there, while their files still exist), then the renames and removals happen.
+    Returns the paths changed.
     """
     changes = plan.to_change
     record_before(generations_dir, run_id, [restore.path for restore in changes], root)
@@ -831,33 +862,16 @@ def apply_rollback(
         raise GenerationError(
             f"cannot stage the restored files ({error}); nothing was touched"
         ) from error
+    if before_swap is not None:
+        try:
+            before_swap()
+        except BaseException:
+            for temp_path, _ in staged:
+                os.unlink(temp_path)
+            raise
     for temp_path, target in staged:
         os.replace(temp_path, target)
     for restore in changes:
         if restore.action == "remove":
             os.unlink(on_root(root, restore.path))
     return [restore.path for restore in changes]
-
-
-# --- the boot configuration after a restore ----------------------------------------
-
-
-def boot_state(root: str = "/") -> dict[str, Any]:
-    """Running kernel command line against the one the next boot gets, when readable.
-
-    The next boot is ``grub.next_boot``: the default BLS entry or grub.cfg's default
-    entry, with grub's variables expanded (the one definition the module, rollback and
-    audit share).
-    """
-    from .grub import next_boot, reboot_pending  # noqa: PLC0415 - only rollback needs it
-
-    running = (_read_optional_text(on_root(root, "/proc/cmdline")) or "").strip()
-    boot = next_boot(root, running)
-    if boot.args is None:
-        return {"running": running, "configured": None, "configured_from": boot.source}
-    return {
-        "running": running,
-        "configured": " ".join(boot.args),
-        "configured_from": boot.source,
-        "reboot_required": reboot_pending(running, boot),
-    }

@@ -26,6 +26,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .cmdline import (
     COMMA_LIST_PARAMS,
@@ -1333,3 +1334,18 @@ def next_boot_gaps(
     gaps += [f"lacks {p.render()}" for p in report.missing if f"lacks {p.render()}" not in gaps]
     gaps += [f"holds {p.render()}" for p in report.unwanted]
     return gaps
+
+
+def boot_state(root: str = "/") -> dict[str, Any]:
+    """The running kernel command line against the one the next boot gets, when readable
+    (the form the rollback, the audit and the tests report)."""
+    running = (_read_optional(root, "/proc/cmdline") or "").strip()
+    boot = next_boot(root, running)
+    if boot.args is None:
+        return {"running": running, "configured": None, "configured_from": boot.source}
+    return {
+        "running": running,
+        "configured": " ".join(boot.args),
+        "configured_from": boot.source,
+        "reboot_required": reboot_pending(running, boot),
+    }

@@ -11,11 +11,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import pytest
-
-import lingbot_fleet
-import lingbot_fleet.generations
-
 REPO = Path(__file__).resolve().parents[2]
 LIBRARY = REPO / "roles" / "generations" / "library"
 GDIR = "/var/lib/lingbot-fleet/generations"
@@ -24,13 +19,7 @@ GRUB = "/etc/default/grub"
 
 
 def load_module() -> ModuleType:
-    import ansible.module_utils
-
-    sys.modules.setdefault("ansible.module_utils.lingbot_fleet", lingbot_fleet)
-    sys.modules.setdefault(
-        "ansible.module_utils.lingbot_fleet.generations", lingbot_fleet.generations
-    )
-    ansible.module_utils.lingbot_fleet = lingbot_fleet  # type: ignore[attr-defined]
+    # tests/conftest.py maps ansible.module_utils.lingbot_fleet onto lingbot_fleet.
     spec = importlib.util.spec_from_file_location(
         "lingbot_generation", LIBRARY / "lingbot_generation.py"
     )
@@ -61,8 +50,37 @@ def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
     }
 
 
+STUBS = """#!/bin/sh
+# Stand-in for {name}: logs its arguments; fails while the fail file exists (then removes it).
+echo "{name} $*" >> "{log}"
+if [ -e "{fail}" ]; then rm -f "{fail}"; echo "{name}: simulated failure" >&2; exit 1; fi
+exit 0
+"""
+
+
+def stub_commands(root: Path) -> Path:
+    """update-grub and systemctl on PATH that log to <tmp>/commands.log."""
+    bin_dir = root.parent / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name in ("update-grub", "systemctl"):
+        path = bin_dir / name
+        path.write_text(
+            STUBS.format(
+                name=name, log=root.parent / "commands.log", fail=root.parent / f"{name}.fail"
+            )
+        )
+        path.chmod(0o755)
+    return bin_dir
+
+
+def commands(root: Path) -> list[str]:
+    log = root.parent / "commands.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
 def ansible(root: Path, args: dict[str, Any], *, check: bool = False) -> dict[str, Any]:
     env = dict(os.environ)
+    env["PATH"] = f"{stub_commands(root)}{os.pathsep}{env.get('PATH', '')}"
     env.update(
         {
             "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
@@ -153,7 +171,20 @@ def test_check_mode_writes_nothing(tmp_path: Path) -> None:
     assert [f["action"] for f in rollback["rollback"]["files"]] == ["write", "remove"]
     assert rollback["rollback"]["grub_changed"] is True
     assert rollback["rollback"]["units_changed"] is True
-    assert rollback["services_to_restart"] == ["nvidia-persistenced.service"]
+    assert rollback["effects"] == {
+        "bootloader": "grub_d",
+        "daemon_reload": True,
+        "restart": ["nvidia-persistenced.service"],
+    }
+    assert rollback["actions"] == [
+        f"would write {GRUB}",
+        f"would remove {DROPIN}",
+        "would run update-grub for the restored grub files",
+        "would run systemctl daemon-reload",
+        "would enable nvidia-persistenced.service",
+        "would restart nvidia-persistenced.service",
+    ]
+    assert commands(root) == []
     assert snapshot(root) == before
 
 
@@ -164,6 +195,13 @@ def test_rollback_and_rollback_of_rollback_through_ansible(tmp_path: Path) -> No
     provisioned = {k: v for k, v in snapshot(root).items() if "lingbot-fleet/gen" not in k}
     first = ansible(root, {"action": "rollback", "run_id": "rb-1", "ran": {"by": "ops"}})
     assert first["changed"] is True and first["generation"] == 2
+    assert commands(root) == [
+        "update-grub ",
+        "systemctl daemon-reload",
+        "systemctl enable nvidia-persistenced.service",
+        "systemctl restart nvidia-persistenced.service",
+        "systemctl is-active --quiet nvidia-persistenced.service",
+    ]
     assert {k: v for k, v in snapshot(root).items() if "lingbot-fleet/gen" not in k} == original
     shown = ansible(root, {"action": "show", "generation": 2})
     assert shown["manifest"]["ran"] == {"by": "ops", "rollback_to": 0, "undone": [1]}
@@ -203,60 +241,35 @@ def test_record_without_run_id_is_refused_by_the_argument_spec(tmp_path: Path) -
     assert result["msg"] == "action is record but all of the following are missing: run_id"
 
 
-# --- single GPU fallback (module level; the LingBot service role comes later) ---------
-
-EXEC_START = (
-    "/usr/bin/numactl --cpunodebind=0 --membind=0 /opt/lingbot/venv/bin/python "
-    "/opt/lingbot/server.py --config /etc/lingbot/%i/config.yaml --model-path /srv/model "
-    "--gpus 1,0,2 --peer-access-threshold 25 --balancer-config /etc/lingbot/%i/b.json"
-)
-
-
-@pytest.mark.parametrize(
-    ("command", "expected"),
-    [
-        (
-            EXEC_START,
-            "/usr/bin/numactl --cpunodebind=0 --membind=0 /opt/lingbot/venv/bin/python "
-            "/opt/lingbot/server.py --config /etc/lingbot/%i/config.yaml --model-path "
-            "/srv/model --device gpu:1",
-        ),
-        ("lingbot --gpus=3 --verbose", "lingbot --device gpu:3 --verbose"),
-    ],
-)
-def test_single_gpu_exec_start(command: str, expected: str) -> None:
-    assert lg.single_gpu_exec_start(command) == expected
-
-
-def test_single_gpu_exec_start_needs_gpus() -> None:
-    with pytest.raises(lingbot_fleet.generations.GenerationError, match=r"has no --gpus option"):
-        lg.single_gpu_exec_start("lingbot --device gpu:0")
-
-
-def test_single_gpu_writes_a_recorded_dropin_that_rollback_removes(tmp_path: Path) -> None:
+def test_a_rollback_cut_off_by_a_failed_command_is_finished_not_undone(tmp_path: Path) -> None:
     root = make_root(tmp_path)
-    (root / "etc/lingbot/east").mkdir(parents=True)
-    (root / "etc/lingbot/east/config.yaml").write_text("debug_mode: false\n")
-    unit_dir = root / "etc/systemd/system"
-    (unit_dir / "lingbot@east.service.d").mkdir(parents=True)
-    (unit_dir / "lingbot@.service").write_text("[Service]\nExecStart=/bin/false\n")
-    (unit_dir / "lingbot@east.service.d/10-gpus.conf").write_text(
-        f"[Service]\nExecStart=\nExecStart={EXEC_START}\n"
+    original = snapshot(root)
+    provision(root, "run-1", 'GRUB_CMDLINE_LINUX="quiet iommu=pt"\n')
+    (tmp_path / "update-grub.fail").touch()
+    # Run ids as the controller makes them: the second run's controller no longer runs the
+    # first, so it takes the node's lock over at once.
+    first, second = "20261201T100000Z-ctl01-p100", "20261201T100500Z-ctl01-p200"
+    failed = ansible(root, {"action": "rollback", "run_id": first, "live_runs": [first]})
+    assert failed["failed"] is True
+    assert failed["msg"].startswith(
+        f"{tmp_path}/bin/update-grub failed with exit status 1: update-grub: simulated failure"
     )
-    before = snapshot(root)
-    checked = ansible(root, {"action": "single_gpu", "run_id": "sg"}, check=True)
-    assert checked["changed"] is True
-    assert snapshot(root) == before
-    done = ansible(root, {"action": "single_gpu", "run_id": "sg"})
-    dropin = "/etc/systemd/system/lingbot@east.service.d/90-lingbot-fleet-single-gpu.conf"
-    assert done["files"] == [dropin]
-    assert done["services_to_restart"] == ["lingbot@east.service"]
-    assert done["generation"] == 1
-    assert (root / dropin.lstrip("/")).read_text().splitlines()[-1] == (
-        "ExecStart=/usr/bin/numactl --cpunodebind=0 --membind=0 /opt/lingbot/venv/bin/python "
-        "/opt/lingbot/server.py --config /etc/lingbot/%i/config.yaml --model-path /srv/model "
-        "--device gpu:1"
-    )
-    assert ansible(root, {"action": "single_gpu", "run_id": "sg2"})["changed"] is False
-    ansible(root, {"action": "rollback", "run_id": "rb"})
-    assert not (root / dropin.lstrip("/")).exists()
+    assert "run the rollback again to finish it" in failed["msg"]
+    restored = {k: v for k, v in snapshot(root).items() if "lingbot-fleet/gen" not in k}
+    assert restored == original
+    assert commands(root) == ["update-grub "]
+
+    again = ansible(root, {"action": "rollback", "run_id": second, "live_runs": [second]})
+    assert again["failed"] is False, again
+    assert again["finished_runs"] == [first]
+    assert again["rollback"] is None
+    assert {k: v for k, v in snapshot(root).items() if "lingbot-fleet/gen" not in k} == original
+    assert commands(root)[1:] == [
+        "update-grub ",
+        "systemctl daemon-reload",
+        "systemctl enable nvidia-persistenced.service",
+        "systemctl restart nvidia-persistenced.service",
+        "systemctl is-active --quiet nvidia-persistenced.service",
+    ]
+    listing = ansible(root, {"action": "list"})["generations"]
+    assert [(g["generation"], g["ok"]) for g in listing] == [(1, True), (2, True)]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from lingbot_fleet import generations as gen
+from lingbot_fleet import grub
 
 GDIR = "/var/lib/lingbot-fleet/generations"
 GRUB = "/etc/default/grub"
@@ -316,11 +317,11 @@ def test_boot_state_compares_grub_cfg_with_running_kernel(tmp_path: Path) -> Non
         "/boot/grub/grub.cfg",
         b"menuentry 'Debian' {\n\tlinux\t/boot/vmlinuz ro quiet iommu=pt\n}\n",
     )
-    state = gen.boot_state(str(root))
+    state = grub.boot_state(str(root))
     assert state["configured"] == "ro quiet iommu=pt"
     assert state["reboot_required"] is True
     (root / "proc/cmdline").write_text("BOOT_IMAGE=/boot/vmlinuz ro quiet iommu=pt\n")
-    assert gen.boot_state(str(root))["reboot_required"] is False
+    assert grub.boot_state(str(root))["reboot_required"] is False
 
 
 def test_units_the_rollback_removes_are_stopped_not_restarted():

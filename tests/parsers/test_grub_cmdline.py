@@ -46,6 +46,13 @@ def test_backquoted_command_is_kept_and_empty_cmdline_is_an_empty_list(sample):
     assert result["variables"]["GRUB_DISTRIBUTOR"] == (
         "`lsb_release -i -s 2> /dev/null || echo Debian`"
     )
+    assert result["unevaluated"] == [
+        {
+            "name": "GRUB_DISTRIBUTOR",
+            "line": 3,
+            "reason": "its value uses command substitution (`...`)",
+        }
+    ]
     assert result["cmdline_linux"] == []
     assert result["cmdline_linux_default"] == _params(
         "quiet intel_iommu=on iommu=pt i915.enable_guc=3 i915.max_vfs=7"
@@ -69,8 +76,14 @@ def test_expansion_single_quotes_and_multi_line_values():
 
 
 def test_unclosed_quote_and_shell_code_are_rejected():
-    with pytest.raises(ParseError, match=r"the quote opened on line 1 is never closed"):
+    with pytest.raises(
+        ParseError,
+        match=r"^grub: line 1: unbalanced double quote: the quote opened here is never "
+        r"closed; close the quote in the file\.$",
+    ):
         parse("grub", 'GRUB_CMDLINE_LINUX="quiet\n')
+    with pytest.raises(ParseError, match=r"^grub: line 1 is not a NAME=value assignment: 'if "):
+        parse("grub", "if [ -d /sys/firmware/efi ]; then GRUB_CMDLINE_LINUX=efi; fi\n")
     with pytest.raises(ParseError, match=r"line 2 is not a NAME=value assignment: 'fi'"):
         parse("grub", "GRUB_TIMEOUT=5\nfi\n")
     with pytest.raises(ParseError, match=r"has 'splash' after the value of GRUB_CMDLINE_LINUX"):
@@ -79,11 +92,65 @@ def test_unclosed_quote_and_shell_code_are_rejected():
         parse("grub", "FOO=bar\n")
 
 
+def test_a_command_line_that_needs_a_command_run_is_not_split():
+    text = (
+        'GRUB_CMDLINE_LINUX="$(cat /etc/kernel/cmdline) quiet"\n'
+        'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX iommu=pt"\n'
+        "GRUB_TIMEOUT=5; GRUB_DEFAULT=0 # two on one line\n"
+    )
+    result = parse("grub", text)
+    assert result == {
+        "variables": {
+            "GRUB_CMDLINE_LINUX": '"$(cat /etc/kernel/cmdline) quiet"',
+            "GRUB_CMDLINE_LINUX_DEFAULT": '"$GRUB_CMDLINE_LINUX iommu=pt"',
+            "GRUB_TIMEOUT": "5",
+            "GRUB_DEFAULT": "0",
+        },
+        "assignments": [
+            {
+                "name": "GRUB_CMDLINE_LINUX",
+                "value": '"$(cat /etc/kernel/cmdline) quiet"',
+                "line": 1,
+            },
+            {
+                "name": "GRUB_CMDLINE_LINUX_DEFAULT",
+                "value": '"$GRUB_CMDLINE_LINUX iommu=pt"',
+                "line": 2,
+            },
+            {"name": "GRUB_TIMEOUT", "value": "5", "line": 3},
+            {"name": "GRUB_DEFAULT", "value": "0", "line": 3},
+        ],
+        "unevaluated": [
+            {
+                "name": "GRUB_CMDLINE_LINUX",
+                "line": 1,
+                "reason": "its value uses command substitution or arithmetic"
+                " ($(cat /etc/kernel/cmdline))",
+            },
+            {
+                "name": "GRUB_CMDLINE_LINUX_DEFAULT",
+                "line": 2,
+                "reason": "it refers to $GRUB_CMDLINE_LINUX, which is not evaluated",
+            },
+        ],
+        "cmdline_linux": None,
+        "cmdline_linux_default": None,
+        "partial": False,
+    }
+
+
+def test_a_later_plain_assignment_clears_an_unevaluated_value():
+    result = parse("grub", 'GRUB_CMDLINE_LINUX="`cat x`"\nGRUB_CMDLINE_LINUX="quiet"\n')
+    assert result["unevaluated"] == []
+    assert result["cmdline_linux"] == [{"name": "quiet", "value": None}]
+
+
 def test_cmdline_with_boot_image(sample):
     assert parse("cmdline", sample("cmdline-ubuntu-boot-image.txt")) == {
         "boot_image": "/boot/vmlinuz-6.8.0-49-generic",
         "params": _params("root=UUID=9ff8c203-950b-4f46-8c41-6e994151ecd3 ro quiet splash"),
         "init_args": [],
+        "partial": False,
     }
 
 

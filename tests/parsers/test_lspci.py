@@ -66,6 +66,6 @@ def test_many_devices_lnksta_without_notes_and_iommu_group():
     assert bridge["lnkctl2_target_speed_gt_per_s"] == 16.0
 
 
-def test_text_without_a_device_line_is_rejected():
+def test_text_without_a_device_line_or_only_lnk_lines_is_rejected():
     with pytest.raises(ParseError, match=r"^lspci: no device line like '0000:41:00.0"):
-        parse("lspci", "\t\tLnkSta:\tSpeed 2.5GT/s, Width x8\n")
+        parse("lspci", "\t\tLnkSta:\tSpeed 2.5GT/s, Width x8\n\t\tDevSta:\tCorrErr-\n")

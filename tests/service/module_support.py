@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,20 +17,12 @@ from typing import Any
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-import lingbot_fleet
-from lingbot_fleet import generations, lingbot_config, lingbot_layout, nodefiles
+from lingbot_fleet import nodefiles
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODULE_PATH = REPO_ROOT / "roles" / "lingbot_service" / "library" / "lingbot_service.py"
 
-for name, module in {
-    "ansible.module_utils.lingbot_fleet": lingbot_fleet,
-    "ansible.module_utils.lingbot_fleet.generations": generations,
-    "ansible.module_utils.lingbot_fleet.lingbot_config": lingbot_config,
-    "ansible.module_utils.lingbot_fleet.lingbot_layout": lingbot_layout,
-    "ansible.module_utils.lingbot_fleet.nodefiles": nodefiles,
-}.items():
-    sys.modules.setdefault(name, module)
+# tests/conftest.py maps ansible.module_utils.lingbot_fleet onto lingbot_fleet.
 
 
 def load_module() -> Any:

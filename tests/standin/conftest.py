@@ -71,6 +71,18 @@ class FakeNode:
         path.write_text(text, encoding="utf-8")
         return path
 
+    def write_nvidia_smi(self, rows: list[str], exit_code: int = 0) -> None:
+        """An nvidia-smi that answers the stand-in's one query with ``rows``."""
+        nvidia_smi = self.root / "bin" / "nvidia-smi"
+        nvidia_smi.write_text(
+            "#!/bin/sh\n"
+            'if [ "$1 $2" != "--query-gpu=index,uuid,pci.bus_id --format=csv,noheader" ]; then\n'
+            '  echo "unexpected arguments: $*" >&2; exit 4\n'
+            "fi\n" + "".join(f"echo '{row}'\n" for row in rows) + f"exit {exit_code}\n",
+            encoding="ascii",
+        )
+        nvidia_smi.chmod(0o755)
+
     def set_numa_node(self, bus_id: str, numa_node: int) -> None:
         device_dir = self.root / "sys" / "bus" / "pci" / "devices" / bus_id
         device_dir.mkdir(parents=True, exist_ok=True)
@@ -118,16 +130,6 @@ def fake_node(tmp_path: Path) -> FakeNode:
     (model_path / "config.json").write_text('{"model_type": "llama"}\n', encoding="utf-8")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    rows = "".join(f'echo "{index}, {uuid}, {bus_id}"\n' for index, uuid, bus_id in GPUS)
-    nvidia_smi = bin_dir / "nvidia-smi"
-    nvidia_smi.write_text(
-        "#!/bin/sh\n"
-        'if [ "$1 $2" != "--query-gpu=index,uuid,pci.bus_id --format=csv,noheader" ]; then\n'
-        '  echo "unexpected arguments: $*" >&2; exit 4\n'
-        "fi\n" + rows,
-        encoding="ascii",
-    )
-    nvidia_smi.chmod(0o755)
     env = {
         key: value
         for key, value in os.environ.items()
@@ -145,6 +147,7 @@ def fake_node(tmp_path: Path) -> FakeNode:
         }
     )
     node = FakeNode(tmp_path, tmp_path / "config.yaml", model_path, env)
+    node.write_nvidia_smi([f"{index}, {uuid}, {bus_id}" for index, uuid, bus_id in GPUS])
     node.write_config(GOOD_CONFIG)
     node.set_numa_node("0000:81:00.0", 0)
     node.set_numa_node("0000:c1:00.0", 0)

@@ -29,7 +29,9 @@ static int initialized = 0;
 
 int nvmlInit_v2(void) { initialized = 1; return 0; }
 int nvmlShutdown(void) { initialized = 0; return 0; }
-const char *nvmlErrorString(int status) { return status == 1 ? "Uninitialized" : "Unknown"; }
+const char *nvmlErrorString(int status) {
+    return status == 1 ? "Uninitialized" : status == 15 ? "GPU is lost" : "Unknown";
+}
 int nvmlDeviceGetCount_v2(unsigned int *count) {
     if (!initialized) return 1;
     *count = 2;
@@ -38,6 +40,9 @@ int nvmlDeviceGetCount_v2(unsigned int *count) {
 int nvmlDeviceGetHandleByIndex_v2(unsigned int index, void **handle) {
     if (!initialized) return 1;
     if (index > 1) return 2;
+#ifdef LOST_INDEX
+    if (index == LOST_INDEX) return 15;
+#endif
     *handle = (void *)(unsigned long)(index + 1);
     return 0;
 }
@@ -61,7 +66,7 @@ int nvmlDeviceGetPciInfo_v3(void *handle, nvmlPciInfo_t *pci) {
 def build_fake_nvml(directory, *extra_flags: str):
     source = directory / "fake_nvml.c"
     source.write_text(FAKE_NVML_SOURCE, encoding="ascii")
-    library = directory / f"libnvidia-ml{''.join(extra_flags)}.so.1"
+    library = directory / f"libnvidia-ml{''.join(extra_flags).replace('=', '')}.so.1"
     subprocess.run(
         ["gcc", "-shared", "-fPIC", "-o", str(library), str(source), *extra_flags],
         check=True,
@@ -89,3 +94,40 @@ def test_nvml_without_pci_info_falls_back_to_nvidia_smi(fake_node, start_server)
         "driver lists 2 GPU(s) through nvidia-smi (NVML unusable:"
         f" {library}: undefined symbol: nvmlDeviceGetPciInfo_v3)"
     ) in server.stderr()
+
+
+SINGLE_GPU_0 = (
+    ('"layers.*": "gpu:1"', '"layers.*": "gpu:0"'),
+    (', "gpu:1": 0.85}', "}"),
+)
+UUID_0 = "GPU-3b5d6f1e-8a2c-4e7b-9d10-2f4a6c8e0b11"
+UUID_1 = "GPU-7c1e2a90-4b3d-4f6e-8a21-5d9c0e7f3a22"
+DEVICE_UNAVAILABLE = "RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable"
+
+
+def test_a_lost_gpu_outside_its_list_does_not_stop_it(fake_node, start_server, good_config):
+    fake_node.env["LINGBOT_NVML_LIBRARY"] = str(build_fake_nvml(fake_node.root, "-DLOST_INDEX=1"))
+    fake_node.env["CUDA_VISIBLE_DEVICES"] = UUID_0
+    for old, new in SINGLE_GPU_0:
+        good_config = good_config.replace(old, new)
+    fake_node.write_config(good_config)
+    args = fake_node.base_args()
+    args[args.index("--gpus") : args.index("--gpus") + 2] = ["--device", "gpu:0"]
+    server = start_server(args)
+    assert server.stop() == 0
+    log = server.stderr()
+    assert (" INFO driver index 1 is lost (NVML nvmlDeviceGetHandleByIndex_v2: GPU is lost)") in log
+    assert f"gpu:0 is {UUID_0} at 0000:81:00.0" in log
+
+
+def test_a_lost_gpu_named_by_uuid_in_its_list_stops_it(fake_node):
+    fake_node.env["LINGBOT_NVML_LIBRARY"] = str(build_fake_nvml(fake_node.root, "-DLOST_INDEX=1"))
+    fake_node.env["CUDA_VISIBLE_DEVICES"] = f"{UUID_0},{UUID_1}"
+    result = fake_node.run_to_exit(fake_node.base_args())
+    assert (result.returncode, result.stdout) == (1, "")
+    lines = result.stderr.rstrip().splitlines()
+    assert lines[-1] == DEVICE_UNAVAILABLE
+    assert lines[-2].endswith(
+        " ERROR cannot use gpu:1: CUDA device 1 is driver index 1, which the driver reports"
+        " lost (NVML nvmlDeviceGetHandleByIndex_v2: GPU is lost)"
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -22,7 +23,6 @@ def chat_body(content: str, **extra: object) -> bytes:
 def test_good_config_is_served_with_metrics_chat_and_clean_stop(fake_node, start_server):
     server = start_server(fake_node.base_args())
 
-    assert server.get("/health") == (200, '{"status": "ok", "version": "0.4.2"}\n')
     status, text = server.post("/v1/chat/completions", chat_body("how fast is PHB"))
     assert status == 200
     answer = json.loads(text)
@@ -62,6 +62,7 @@ def test_good_config_is_served_with_metrics_chat_and_clean_stop(fake_node, start
     assert metrics[("lingbot_peer_access_threshold_gbits_per_s", ())] == 200.0
     assert metrics[("lingbot_requests_total", (("code", "200"),))] == 1
     assert metrics[("lingbot_requests_total", (("code", "400"),))] == 1
+    assert metrics[("lingbot_warm", ())] == 1
     info_labels = dict(
         next(key[1] for key in metrics if key[0] == "lingbot_info"),
     )
@@ -210,3 +211,31 @@ def test_journal_lines_carry_syslog_priority(fake_node, start_server):
         "<4>WARNING CUDA_DEVICE_ORDER is FASTEST_FIRST; set CUDA_DEVICE_ORDER=PCI_BUS_ID so"
         " CUDA ordinals, NVML indices and nvidia-smi agree"
     ) in lines
+
+
+def test_readiness_is_metrics_and_a_one_token_chat_completion(fake_node, start_server):
+    server = start_server(fake_node.base_args())
+    assert server.get("/metrics")[0] == 200
+    status, text = server.post("/v1/chat/completions", chat_body("ping", max_tokens=1))
+    assert status == 200
+    answer = json.loads(text)
+    assert answer["choices"][0]["message"]["content"] == "LingBot"
+    assert answer["usage"]["completion_tokens"] == 1
+
+
+def test_there_is_no_health_endpoint(fake_node, start_server):
+    server = start_server(fake_node.base_args())
+    status, text = server.get("/health")
+    assert status == 404
+    assert json.loads(text)["error"]["message"] == "no endpoint /health"
+
+
+def test_host_and_port_are_where_it_listens(fake_node, start_server):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = fake_node.base_args()
+    args[args.index("--port") + 1] = str(port)
+    server = start_server(args)
+    assert server.base_url == f"http://127.0.0.1:{port}"
+    assert server.get("/metrics")[0] == 200

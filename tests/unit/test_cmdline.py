@@ -10,9 +10,11 @@ from lingbot_fleet.cmdline import (
     build_policy,
     check_policy,
     cpu_vendor_from_cpuinfo,
+    effective_words,
     iommu_vendor_switch,
     parse_cmdline,
     render_cmdline,
+    same_effect,
     satisfies,
     split_words,
     strip_unwanted,
@@ -200,3 +202,29 @@ def test_cpu_vendor_from_cpuinfo() -> None:
     assert cpu_vendor_from_cpuinfo(cpuinfo) == "AuthenticAMD"
     with pytest.raises(PolicyError, match="no vendor_id line in /proc/cpuinfo"):
         cpu_vendor_from_cpuinfo("processor : 0\n")
+
+
+# --- comparing two command lines ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "same"),
+    [
+        ("BOOT_IMAGE=/boot/vmlinuz ro iommu=pt quiet", "ro quiet iommu=pt", True),
+        ("BOOT_IMAGE=(hd0,gpt2)/vmlinuz ro", "BOOT_IMAGE=/vmlinuz ro", True),
+        ("ro iommu=pt iommu=pt quiet", "ro quiet iommu=pt", True),
+        ("console=tty0 console=ttyS0", "console=ttyS0 console=tty0", False),
+        ("iommu=off iommu=pt", "iommu=pt iommu=off", False),
+        ("ro quiet", "ro quiet iommu=pt", False),
+        ("ro -- single", "ro -- single", True),
+        ("ro -- a b", "ro -- b a", False),
+        ("ro root=/dev/sda1", "ro root=/dev/sda2", False),
+    ],
+)
+def test_same_effect(first: str, second: str, same: bool) -> None:
+    assert same_effect(split_words(first), split_words(second)) is same
+
+
+def test_effective_words_keep_the_order_of_one_name() -> None:
+    words = split_words("BOOT_IMAGE=/vmlinuz quiet console=tty0 ro console=ttyS0 quiet")
+    assert effective_words(words) == ("console=tty0", "console=ttyS0", "quiet", "ro")

@@ -6,15 +6,20 @@ from pathlib import Path
 
 import pytest
 
-from lingbot_fleet.cmdline import KernelParam, build_policy, render_cmdline
+from lingbot_fleet.cmdline import KernelParam, build_policy, parse_cmdline, render_cmdline
 from lingbot_fleet.grub import (
     GrubEditError,
     GrubFile,
     GrubParseError,
+    NextBoot,
     configured_params,
+    next_boot,
+    next_boot_gaps,
+    parse_grub_cfg,
     parse_grub_file,
     plan_default_grub,
     plan_grub_d,
+    reboot_pending,
     render_dropin,
     sourcing_order,
 )
@@ -199,6 +204,29 @@ SAMPLE_CONFIGURED = {
 }
 
 
+def test_parameter_set_by_the_admin_gets_no_dropin() -> None:
+    plan = plan_grub_d(
+        [grub('GRUB_CMDLINE_LINUX_DEFAULT="quiet iommu=pt pci=noacpi"\n')], DROPIN, POLICY
+    )
+    assert plan.new_texts == {GRUB: 'GRUB_CMDLINE_LINUX_DEFAULT="quiet iommu=pt"\n'}
+    assert render_cmdline(plan.configured) == "quiet iommu=pt"
+
+
+def test_parameter_set_in_another_dropin_gets_no_dropin() -> None:
+    site = "/etc/default/grub.d/50-site.cfg"
+    files = [grub('GRUB_CMDLINE_LINUX=""\n'), grub('GRUB_CMDLINE_LINUX="iommu=pt"\n', site)]
+    assert plan_grub_d(files, DROPIN, POLICY).new_texts == {}
+    with_dropin = [*files, grub(DROPIN_TEXT, DROPIN)]
+    assert plan_grub_d(with_dropin, DROPIN, POLICY).new_texts == {DROPIN: None}
+
+
+def test_dropin_holds_only_the_parameters_not_set_elsewhere() -> None:
+    policy = build_policy({"iommu": "pt", "pcie_aspm": "off"}, [])
+    plan = plan_grub_d([grub('GRUB_CMDLINE_LINUX="iommu=pt"\n')], DROPIN, policy)
+    assert plan.new_texts == {DROPIN: DROPIN_TEXT.replace("iommu=pt", "pcie_aspm=off")}
+    assert render_cmdline(plan.configured) == "iommu=pt pcie_aspm=off"
+
+
 @pytest.mark.parametrize("name", sorted(SAMPLE_CONFIGURED))
 def test_sample_files_are_edited_exactly(name: str) -> None:
     before = read_sample(f"{name}.grub")
@@ -330,3 +358,198 @@ def test_default_grub_edits(before: str, after: str) -> None:
     plan = plan_default_grub(grub(before), POLICY)
     assert plan.new_texts == {GRUB: after}
     assert plan_default_grub(grub(after), POLICY).new_texts == {}
+
+
+# --- the next boot: grub.cfg, BLS entries, grubenv --------------------------------------
+
+DEBIAN_GRUB_CFG = read_sample("debian12-saved.grub.cfg")
+RUNNING_DEBIAN = "BOOT_IMAGE=/boot/vmlinuz-6.1.0-18-amd64 root=UUID=1 ro iommu=pt quiet"
+
+
+def boot_root(tmp_path: Path, files: dict[str, str], running: str) -> str:
+    for path, text in {**files, "/proc/cmdline": running + "\n"}.items():
+        target = tmp_path / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    return str(tmp_path)
+
+
+def grubenv(**values: str) -> str:
+    body = "# GRUB Environment Block\n" + "".join(f"{k}={v}\n" for k, v in values.items())
+    return body + "#" * (1024 - len(body))
+
+
+@pytest.mark.parametrize(
+    ("default", "env", "entry", "args"),
+    [
+        ("0", None, "gnulinux-simple-1", "root=UUID=1 ro iommu=pt quiet"),
+        ("${saved_entry}", None, "gnulinux-simple-1", "root=UUID=1 ro iommu=pt quiet"),
+        (
+            "${saved_entry}",
+            {"saved_entry": "gnulinux-advanced-1>gnulinux-6.1.0-17-amd64-advanced-1"},
+            "gnulinux-6.1.0-17-amd64-advanced-1",
+            "root=UUID=1 ro quiet pci=noacpi",
+        ),
+        (
+            "${saved_entry}",
+            {
+                "saved_entry": "Advanced options for Debian GNU/Linux>Debian GNU/Linux, with Linux "
+                "6.1.0-17-amd64"
+            },
+            "gnulinux-6.1.0-17-amd64-advanced-1",
+            "root=UUID=1 ro quiet pci=noacpi",
+        ),
+        ("saved", {"saved_entry": "gnulinux-simple-1"}, "gnulinux-simple-1", None),
+        ("1>1", None, "gnulinux-6.1.0-17-amd64-advanced-1", "root=UUID=1 ro quiet pci=noacpi"),
+        ("1", None, "gnulinux-6.1.0-18-amd64-advanced-1", None),
+        ("no-such-entry", None, "gnulinux-simple-1", None),
+        (
+            "0",
+            {"next_entry": "gnulinux-advanced-1>gnulinux-6.1.0-17-amd64-advanced-1"},
+            "gnulinux-6.1.0-17-amd64-advanced-1",
+            None,
+        ),
+    ],
+)
+def test_grub_cfg_default_entry(
+    tmp_path: Path, default: str, env: dict[str, str] | None, entry: str, args: str | None
+) -> None:
+    files = {"/boot/grub/grub.cfg": DEBIAN_GRUB_CFG.replace("@DEFAULT@", default)}
+    if env is not None:
+        files["/boot/grub/grubenv"] = grubenv(**env)
+    boot = next_boot(boot_root(tmp_path, files, RUNNING_DEBIAN))
+    assert boot.source == "/boot/grub/grub.cfg"
+    assert boot.entry == entry
+    if args is not None:
+        assert boot.args == tuple(args.split())
+    assert boot.boot_time == ()
+
+
+def test_saved_default_that_boots_the_running_entry_is_no_pending_reboot(tmp_path: Path) -> None:
+    files = {
+        "/boot/grub/grub.cfg": DEBIAN_GRUB_CFG.replace("@DEFAULT@", "${saved_entry}"),
+        "/boot/grub/grubenv": grubenv(saved_entry="gnulinux-6.1.0-18-amd64-advanced-1"),
+    }
+    root = boot_root(tmp_path, files, RUNNING_DEBIAN)
+    boot = next_boot(root)
+    assert boot.kernel == "/boot/vmlinuz-6.1.0-18-amd64"
+    assert reboot_pending(RUNNING_DEBIAN, boot) is False
+    older = grubenv(saved_entry="gnulinux-advanced-1>gnulinux-6.1.0-17-amd64-advanced-1")
+    (tmp_path / "boot/grub/grubenv").write_text(older)
+    assert reboot_pending(RUNNING_DEBIAN, next_boot(root)) is True
+
+
+UBUNTU_GRUB_CFG = read_sample("ubuntu2404.grub.cfg")
+RUNNING_UBUNTU = "BOOT_IMAGE=/boot/vmlinuz-6.8.0-31-generic root=UUID=1 ro quiet splash"
+
+
+@pytest.mark.parametrize("handoff", [" vt.handoff=7", ""])
+def test_ubuntu_vt_handoff_is_taken_as_the_running_boot_took_it(
+    tmp_path: Path, handoff: str
+) -> None:
+    running = RUNNING_UBUNTU + handoff
+    boot = next_boot(boot_root(tmp_path, {"/boot/grub/grub.cfg": UBUNTU_GRUB_CFG}, running))
+    assert boot.args == tuple(running.split()[1:])
+    assert boot.boot_time == tuple(handoff.split())
+    assert reboot_pending(running, boot) is False
+    assert next_boot_gaps(boot, parse_cmdline("quiet splash"), POLICY) == ["lacks iommu=pt"]
+
+
+RHEL8_GRUB_CFG = read_sample("rhel8.grub.cfg")
+BLS_NEW = "/boot/loader/entries/4c1a-4.18.0-513.el8.x86_64.conf"
+BLS_OLD = "/boot/loader/entries/4c1a-4.18.0-477.el8.x86_64.conf"
+
+
+def bls_entry(version: str, options: str) -> str:
+    return (
+        f"title Red Hat Enterprise Linux ({version}) 8.9 (Ootpa)\nversion {version}\n"
+        f"linux /vmlinuz-{version}\ninitrd /initramfs-{version}.img $tuned_initrd\n"
+        f"options {options}\nid rhel-{version}\ngrub_users $grub_users\n"
+        "grub_arg --unrestricted\ngrub_class kernel\n"
+    )
+
+
+def rhel8_files(env: dict[str, str] | None) -> dict[str, str]:
+    files = {
+        "/boot/grub2/grub.cfg": RHEL8_GRUB_CFG,
+        BLS_NEW: bls_entry("4.18.0-513.el8.x86_64", "$kernelopts $tuned_params"),
+        BLS_OLD: bls_entry("4.18.0-477.el8.x86_64", "root=/dev/mapper/rhel-root ro pci=noacpi"),
+    }
+    if env is not None:
+        files["/boot/grub2/grubenv"] = grubenv(**env)
+    return files
+
+
+RUNNING_RHEL = (
+    "BOOT_IMAGE=(hd0,gpt2)/vmlinuz-4.18.0-513.el8.x86_64 root=/dev/mapper/rhel-root ro "
+    "crashkernel=auto rhgb quiet iommu=pt skew_tick=1"
+)
+
+
+def test_rhel8_kernelopts_and_tuned_params_come_from_grubenv(tmp_path: Path) -> None:
+    env = {
+        "saved_entry": "4c1a-4.18.0-513.el8.x86_64",
+        "kernelopts": "root=/dev/mapper/rhel-root ro crashkernel=auto rhgb quiet iommu=pt",
+        "tuned_params": "skew_tick=1",
+    }
+    boot = next_boot(boot_root(tmp_path, rhel8_files(env), RUNNING_RHEL))
+    assert boot.source == BLS_NEW
+    assert boot.kernel == "/vmlinuz-4.18.0-513.el8.x86_64"
+    assert boot.args == tuple(RUNNING_RHEL.split()[1:])
+    assert boot.boot_time == ()
+    assert reboot_pending(RUNNING_RHEL, boot) is False
+
+
+def test_rhel8_without_grubenv_kernelopts_uses_grub_cfg_fallback(tmp_path: Path) -> None:
+    boot = next_boot(boot_root(tmp_path, rhel8_files({"tuned_params": ""}), RUNNING_RHEL))
+    assert boot.source == BLS_NEW
+    assert boot.args == ("root=/dev/mapper/rhel-root", "ro", "crashkernel=auto", "rhgb", "quiet")
+    assert reboot_pending(RUNNING_RHEL, boot) is True
+
+
+def test_rhel_saved_entry_picks_the_bls_entry(tmp_path: Path) -> None:
+    env = {"saved_entry": "4c1a-4.18.0-477.el8.x86_64"}
+    boot = next_boot(boot_root(tmp_path, rhel8_files(env), RUNNING_RHEL))
+    assert boot.source == BLS_OLD
+    assert boot.args == ("root=/dev/mapper/rhel-root", "ro", "pci=noacpi")
+
+
+def test_rhel9_undefined_tuned_params_expand_to_nothing(tmp_path: Path) -> None:
+    running = "BOOT_IMAGE=(hd0,gpt2)/vmlinuz-5.14.0 root=/dev/mapper/rl-root ro iommu=pt"
+    files = {
+        "/boot/loader/entries/m-5.14.0.conf": bls_entry(
+            "5.14.0", "root=/dev/mapper/rl-root ro iommu=pt $tuned_params"
+        ),
+        "/boot/grub2/grubenv": grubenv(saved_entry="m-5.14.0"),
+    }
+    boot = next_boot(boot_root(tmp_path, files, running))
+    assert boot.args == ("root=/dev/mapper/rl-root", "ro", "iommu=pt")
+    assert reboot_pending(running, boot) is False
+
+
+def test_no_boot_configuration_is_unknown(tmp_path: Path) -> None:
+    boot = next_boot(boot_root(tmp_path, {}, RUNNING_DEBIAN))
+    assert boot == NextBoot()
+    assert reboot_pending(RUNNING_DEBIAN, boot) is None
+    assert next_boot_gaps(boot, parse_cmdline("iommu=pt"), POLICY) == []
+
+
+def test_grub_cfg_menu_is_parsed_with_ids_and_submenus() -> None:
+    cfg = parse_grub_cfg(DEBIAN_GRUB_CFG.replace("@DEFAULT@", "0"))
+    assert [e.entry_id for e in cfg.entries] == ["gnulinux-simple-1", "gnulinux-advanced-1"]
+    assert cfg.entries[1].is_submenu
+    assert [c.title for c in cfg.entries[1].children] == [
+        "Debian GNU/Linux, with Linux 6.1.0-18-amd64",
+        "Debian GNU/Linux, with Linux 6.1.0-17-amd64",
+    ]
+    assert cfg.defaults == ('"${next_entry}"', '"0"')
+
+
+def test_next_boot_gaps_ignore_words_the_scripts_add() -> None:
+    boot = NextBoot(args=("root=UUID=1", "ro", "iommu=pt", "quiet", "panic=-1"))
+    assert next_boot_gaps(boot, parse_cmdline("quiet iommu=pt"), POLICY) == []
+    stale = NextBoot(args=("root=UUID=1", "ro", "quiet", "pci=noacpi"))
+    assert next_boot_gaps(stale, parse_cmdline("iommu=pt quiet"), POLICY) == [
+        "lacks iommu=pt",
+        "holds pci=noacpi",
+    ]

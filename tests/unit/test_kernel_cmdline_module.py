@@ -37,14 +37,7 @@ GENERATIONS = "var/lib/lingbot-fleet/generations"
 
 
 def load_module() -> ModuleType:
-    import ansible.module_utils
-
-    for name in ("cmdline", "grub", "generations", "nodefiles"):
-        sys.modules.setdefault(
-            f"ansible.module_utils.lingbot_fleet.{name}", getattr(lingbot_fleet, name)
-        )
-    sys.modules.setdefault("ansible.module_utils.lingbot_fleet", lingbot_fleet)
-    ansible.module_utils.lingbot_fleet = lingbot_fleet  # type: ignore[attr-defined]
+    # tests/conftest.py maps ansible.module_utils.lingbot_fleet onto lingbot_fleet.
     spec = importlib.util.spec_from_file_location("kernel_cmdline", LIBRARY / "kernel_cmdline.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -242,7 +235,7 @@ def test_second_run_is_unchanged_and_runs_nothing(tmp_path: Path) -> None:
     assert node.snapshot() == before
     node.boot(RUNNING_NEW)
     assert configure(node)["ansible_facts"]["kernel_cmdline_reboot_required"] is False
-    assert lingbot_fleet.generations.boot_state(str(node.root))["reboot_required"] is False
+    assert lingbot_fleet.grub.boot_state(str(node.root))["reboot_required"] is False
 
 
 def test_check_mode_writes_nothing_and_reports_the_same(tmp_path: Path) -> None:
@@ -455,7 +448,7 @@ def test_parameter_already_set_is_satisfied(
     assert not (node.root / DROPIN).exists()
     assert result["reboot_required"] is False
     assert result["configured"].count("iommu=pt") == 1
-    assert lingbot_fleet.generations.boot_state(str(node.root))["reboot_required"] is False
+    assert lingbot_fleet.grub.boot_state(str(node.root))["reboot_required"] is False
 
 
 def test_dropin_that_repeats_an_admin_parameter_is_removed(tmp_path: Path) -> None:
@@ -469,7 +462,7 @@ def test_dropin_that_repeats_an_admin_parameter_is_removed(tmp_path: Path) -> No
     assert not (node.root / DROPIN).exists()
     assert result["configured"] == ["quiet", "iommu=pt"]
     assert result["reboot_required"] is False
-    assert lingbot_fleet.generations.boot_state(str(node.root))["reboot_required"] is False
+    assert lingbot_fleet.grub.boot_state(str(node.root))["reboot_required"] is False
 
 
 def test_hand_edit_matching_the_generated_grub_cfg_changes_nothing(tmp_path: Path) -> None:
@@ -487,7 +480,7 @@ def test_hand_edit_matching_the_generated_grub_cfg_changes_nothing(tmp_path: Pat
     assert result["changed"] is False
     assert node.commands() == []
     assert result["reboot_required"] is False
-    assert lingbot_fleet.generations.boot_state(str(node.root))["reboot_required"] is False
+    assert lingbot_fleet.grub.boot_state(str(node.root))["reboot_required"] is False
 
 
 UBUNTU_GRUB_CFG = """\
@@ -517,9 +510,9 @@ def test_ubuntu_vt_handoff_makes_no_stale_grub_cfg_nor_pending_reboot(tmp_path: 
     assert result["changed"] is False
     assert node.commands() == []
     assert result["next_boot"][-1] == "vt.handoff=7"
-    assert lingbot_fleet.generations.boot_state(str(node.root))["reboot_required"] is False
+    assert lingbot_fleet.grub.boot_state(str(node.root))["reboot_required"] is False
     node.boot(running)
-    assert lingbot_fleet.generations.boot_state(str(node.root))["reboot_required"] is False
+    assert lingbot_fleet.grub.boot_state(str(node.root))["reboot_required"] is False
 
 
 # --- the boot loader family ------------------------------------------------------------------

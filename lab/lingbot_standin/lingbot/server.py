@@ -5,9 +5,11 @@ Run: ``python3 -m lingbot --config config.yaml --model-path DIR --gpus 0,1`` (or
 (default 8000; 0 picks a free port) and prints ``LingBot 0.4.2 listening on
 http://HOST:PORT`` on stdout once warm.
 
-Endpoints: ``POST /v1/chat/completions`` (OpenAI-style; the answer is deterministic and
-tokens are counted as whitespace-separated words), ``GET /metrics`` (Prometheus text),
-``GET /health`` (200 once warm, 503 while warming up).
+Endpoints, as LingBot documents them: ``POST /v1/chat/completions`` (OpenAI-style; the
+answer is deterministic and tokens are counted as whitespace-separated words; 503 while
+warming up) and ``GET /metrics`` (Prometheus text, 200 from the start). There is no
+health endpoint: readiness is ``/metrics`` answering 200 and a one-token chat completion
+succeeding.
 
 Exit status: 0 after SIGTERM or SIGINT; 2 when the command line, config.yaml, the model
 directory or the environment breaks LingBot's contract (one ``lingbot: error: ...`` line
@@ -261,11 +263,6 @@ class LingbotHandler(BaseHTTPRequestHandler):
         if path == "/metrics":
             body = render_metrics(self.state).encode()
             self._send(HTTPStatus.OK, body, "text/plain; version=0.0.4; charset=utf-8")
-        elif path == "/health":
-            if self.state.warm.is_set():
-                self._send_json(HTTPStatus.OK, {"status": "ok", "version": VERSION})
-            else:
-                self._send_json(HTTPStatus.SERVICE_UNAVAILABLE, {"status": "warming up"})
         elif path == CHAT_PATH:
             self._send_error(HTTPStatus.METHOD_NOT_ALLOWED, f"use POST for {CHAT_PATH}")
         else:

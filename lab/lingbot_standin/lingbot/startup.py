@@ -9,15 +9,21 @@ from dataclasses import dataclass
 from .cli import Settings
 from .config import ContractError, GpuTopologyEntry
 from .hardware import (
+    LostGpu,
     PhysicalGpu,
+    check_ordinal_listed,
     list_physical_gpus,
     memory_binding,
     parse_visible_devices,
     read_numa_node,
     resolve_ordinal,
+    visible_devices,
 )
 
 NUMA_ERROR_MESSAGE = "Multi-GPU inference requires all GPUs on same NUMA node"
+# What a CUDA program prints when it cannot create a context on its device
+# (CUDA_ERROR_DEVICE_UNAVAILABLE), e.g. on a GPU that fell off the bus.
+DEVICE_UNAVAILABLE_MESSAGE = "CUDA error: CUDA-capable device(s) is/are busy or unavailable"
 
 
 @dataclass(frozen=True)
@@ -109,18 +115,32 @@ def _cuda_order_warning(visible: list[str] | None, log: logging.Logger) -> None:
 def place_gpus(
     settings: Settings, log: logging.Logger
 ) -> list[tuple[str, GpuTopologyEntry, PhysicalGpu]]:
-    """Map each CUDA ordinal to its GPU and check config.yaml's bus_id against it."""
+    """Map each CUDA ordinal to its GPU and check config.yaml's bus_id against it.
+
+    Only the server's own GPUs count: a lost GPU outside them is logged and left alone;
+    one of them lost fails as creating its CUDA context would (RuntimeError)."""
     visible = parse_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"))
     _cuda_order_warning(visible, log)
-    if visible is not None:
-        for ordinal in settings.gpu_ordinals:
-            if ordinal >= len(visible):
-                resolve_ordinal(ordinal, visible, [])  # raises: the ordinal is not visible
-    physical_gpus, driver_source = list_physical_gpus()
-    log.info("driver lists %d GPU(s) through %s", len(physical_gpus), driver_source)
+    for ordinal in settings.gpu_ordinals:
+        check_ordinal_listed(ordinal, visible)
+    driver_gpus, driver_source = list_physical_gpus()
+    log.info("driver lists %d GPU(s) through %s", len(driver_gpus), driver_source)
+    for gpu in driver_gpus:
+        if isinstance(gpu, LostGpu):
+            log.info("%s is lost (%s)", gpu.where(), gpu.reason)
+    devices = visible_devices(visible, driver_gpus)
     placed: list[tuple[str, GpuTopologyEntry, PhysicalGpu]] = []
     for ordinal, device in zip(settings.gpu_ordinals, settings.devices, strict=True):
-        physical = resolve_ordinal(ordinal, visible, physical_gpus)
+        physical = resolve_ordinal(ordinal, visible, devices)
+        if isinstance(physical, LostGpu):
+            log.error(
+                "cannot use %s: CUDA device %d is %s, which the driver reports lost (%s)",
+                device,
+                ordinal,
+                physical.where(),
+                physical.reason,
+            )
+            raise RuntimeError(DEVICE_UNAVAILABLE_MESSAGE)
         entry = settings.config.topology_entry(ordinal)
         assert entry is not None
         if entry.bus_id != physical.bus_id:

@@ -1,7 +1,9 @@
 """Offline parsers for captured command outputs.
 
 Each kind turns the text of one captured output into a JSON-ready dict (schemas in
-``docs/parsers.md``). Stdlib-only: the parsers also run on nodes.
+``docs/parsers.md``). The smi-q, lspci, grub and cmdline kinds also read the parts of
+those outputs that people paste; their results say ``partial`` and, when true, carry a
+``note`` of what the text lacks. Stdlib-only: the parsers also run on nodes.
 
     >>> from lingbot_fleet.parsers import parse
     >>> parse("cmdline", "BOOT_IMAGE=/boot/vmlinuz ro quiet")["params"][0]

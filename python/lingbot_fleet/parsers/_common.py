@@ -1,4 +1,4 @@
-"""Helpers shared by the parsers: the error type, text clean-up, CPU lists."""
+"""Helpers shared by the parsers: the error type, text clean-up, CPU lists, partial results."""
 
 from __future__ import annotations
 
@@ -51,3 +51,16 @@ def int_or_none(text: str | None) -> int | None:
     if re.fullmatch(r"-?\d+", stripped):
         return int(stripped)
     return None
+
+
+def whole(result: dict) -> dict:
+    """``result`` marked as read from the whole output."""
+    result["partial"] = False
+    return result
+
+
+def partial(result: dict, note: str) -> dict:
+    """``result`` marked as read from part of the output; ``note`` says what is missing."""
+    result["partial"] = True
+    result["note"] = note
+    return result

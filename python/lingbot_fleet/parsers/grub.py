@@ -1,150 +1,134 @@
 """``/etc/default/grub``: its variables and the kernel parameter lists.
 
-The file is a shell fragment of ``NAME=value`` lines. Values are unquoted the way the
-shell does it: single quotes literal, double quotes with ``\\`` escapes and ``$NAME`` /
-``${NAME}`` expansion from earlier assignments, backquotes and ``$(...)`` kept as
-written (they are commands, not evaluated here). Kernel parameter lists are split with
-the tokenizer of :mod:`lingbot_fleet.cmdline`.
+The file is read by :mod:`lingbot_fleet.grub`, the reader the kernel_cmdline role uses,
+so this kind reports what the toolkit itself would make of the file: values unquoted
+the way ``sh`` does, ``$NAME`` / ``${NAME}`` expanded from earlier assignments, and
+values that need a command run (``$(...)``, backquotes) kept as written and listed in
+``unevaluated``. Kernel parameter lists are split with the tokenizer of
+:mod:`lingbot_fleet.cmdline`. A grubenv block (RHEL 8) is read as a partial result whose
+command line is its ``kernelopts``.
 """
 
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from ..cmdline import parse_cmdline
-from ._common import ParseError, require_text
+from . import _grubenv
+from ._common import ParseError, partial, require_text, whole
+
+if TYPE_CHECKING:
+    from ..grub import GrubFile
 
 KIND = "grub"
-EXPECTED = "the content of /etc/default/grub (NAME=value lines)"
-
-_ASSIGNMENT_RE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
-_VARIABLE_RE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+EXPECTED = "the content of /etc/default/grub (NAME=value lines) or of a grubenv block"
 CMDLINE_VARIABLES = {
     "cmdline_linux": "GRUB_CMDLINE_LINUX",
     "cmdline_linux_default": "GRUB_CMDLINE_LINUX_DEFAULT",
 }
+GRUBENV_NOTE = (
+    "a grubenv block, not /etc/default/grub: cmdline_linux is its kernelopts, the command"
+    " line grub2-mkconfig wrote for the boot entries; the GRUB_* variables are not in it"
+)
+
+_STATEMENT_START_RE = re.compile(r"\s*(?:export\s+)?[A-Za-z_][A-Za-z0-9_]*=")
 
 
-class _UnterminatedError(Exception):
-    """A quote or command substitution that the line does not close."""
+def _params(raw: str | None) -> list[dict] | None:
+    if raw is None:
+        return None
+    return [{"name": param.name, "value": param.value} for param in parse_cmdline(raw)]
 
 
-def _expand(text: str, variables: dict[str, str]) -> str:
-    return _VARIABLE_RE.sub(lambda m: variables.get(m.group(1) or m.group(2), ""), text)
+def _from_grubenv(lines: list[str]) -> dict:
+    assignments = _grubenv.assignments(lines)
+    variables = {found["name"]: found["value"] for found in assignments}
+    return partial(
+        {
+            "variables": variables,
+            "assignments": assignments,
+            "unevaluated": [],
+            "cmdline_linux": _params(variables.get(_grubenv.KERNELOPTS)),
+            "cmdline_linux_default": None,
+        },
+        GRUBENV_NOTE,
+    )
 
 
-def _read_until(raw: str, start: int, closing: str) -> int:
-    end = raw.find(closing, start)
-    if end < 0:
-        raise _UnterminatedError
-    return end
-
-
-def _shell_value(raw: str, variables: dict[str, str]) -> tuple[str, str]:
-    """The value of one assignment and what follows it (a comment or nothing)."""
-    parts: list[str] = []
-    index = 0
-    while index < len(raw) and not raw[index].isspace():
-        char = raw[index]
-        if char == "'":
-            end = _read_until(raw, index + 1, "'")
-            parts.append(raw[index + 1 : end])
-            index = end + 1
-        elif char == '"':
-            index = _double_quoted(raw, index + 1, variables, parts)
-        elif char == "`":
-            end = _read_until(raw, index + 1, "`")
-            parts.append(raw[index : end + 1])
-            index = end + 1
-        elif raw.startswith("$(", index):
-            end = _read_until(raw, index + 2, ")")
-            parts.append(raw[index : end + 1])
-            index = end + 1
-        elif char == "\\" and index + 1 < len(raw):
-            parts.append(raw[index + 1])
-            index += 2
-        elif char == "$":
-            variable = _VARIABLE_RE.match(raw, index)
-            parts.append(
-                variables.get(variable.group(1) or variable.group(2), "") if variable else "$"
+def _check_statements(lines: list[str], source: str, grub_file: GrubFile) -> None:
+    """Every line is blank, a comment, or part of a ``NAME=value`` assignment."""
+    owned: set[int] = set()
+    for assignment in grub_file.assignments:
+        last = source.count("\n", 0, assignment.value_end) + 1
+        owned.update(range(assignment.line + 1, last + 1))
+        line_end = source.find("\n", assignment.value_end)
+        rest = source[assignment.value_end : len(source) if line_end < 0 else line_end].strip()
+        if rest and not rest.startswith(("#", ";")):
+            raise ParseError(
+                f"{KIND}: line {assignment.line} has {rest!r} after the value of"
+                f" {assignment.name}; a value with spaces must be quoted."
             )
-            index = variable.end() if variable else index + 1
+    for number, line in enumerate(lines, start=1):
+        body = line.strip()
+        if not body or body.startswith("#") or number in owned:
+            continue
+        if not _STATEMENT_START_RE.match(line):
+            raise ParseError(
+                f"{KIND}: line {number} is not a NAME=value assignment: {body!r};"
+                f" expected {EXPECTED}"
+            )
+
+
+def _evaluate(source: str, grub_file: GrubFile) -> tuple[dict[str, str], list[dict], list[dict]]:
+    """Final values, every assignment in order, and the final values not evaluated."""
+    variables: dict[str, str] = {}
+    assignments: list[dict] = []
+    unevaluated: dict[str, dict] = {}
+    for assignment in grub_file.assignments:
+        reason = assignment.problem
+        parts: list[str] = []
+        for piece in assignment.pieces:
+            if piece.ref is None:
+                parts.append(piece.text)
+            elif piece.ref in unevaluated:
+                reason = reason or f"it refers to ${piece.ref}, which is not evaluated"
+            else:
+                parts.append(variables.get(piece.ref, ""))
+        unevaluated.pop(assignment.name, None)
+        if reason is None:
+            value = "".join(parts)
         else:
-            literal = re.match(r"[^\s'\"`\\$]+", raw[index:])
-            assert literal is not None
-            parts.append(literal.group(0))
-            index += len(literal.group(0))
-    return "".join(parts), raw[index:].strip()
-
-
-def _double_quoted(raw: str, index: int, variables: dict[str, str], parts: list[str]) -> int:
-    chunk: list[str] = []
-    while True:
-        if index >= len(raw):
-            raise _UnterminatedError
-        char = raw[index]
-        if char == '"':
-            parts.append(_expand("".join(chunk), variables))
-            return index + 1
-        if char == "\\" and index + 1 < len(raw) and raw[index + 1] in '"\\$`\n':
-            chunk.append(raw[index + 1] if raw[index + 1] != "\n" else "")
-            index += 2
-            continue
-        if char == "`":
-            end = _read_until(raw, index + 1, "`")
-            chunk.append(raw[index : end + 1])
-            index = end + 1
-            continue
-        chunk.append(char)
-        index += 1
+            value = source[assignment.value_start : assignment.value_end]
+            unevaluated[assignment.name] = {
+                "name": assignment.name,
+                "line": assignment.line,
+                "reason": reason,
+            }
+        variables[assignment.name] = value
+        assignments.append({"name": assignment.name, "value": value, "line": assignment.line})
+    return variables, assignments, list(unevaluated.values())
 
 
 def parse_grub(text: str) -> dict:
+    from ..grub import GrubParseError, parse_grub_file  # noqa: PLC0415  (heavy; only here)
+
     lines = require_text(text, KIND, EXPECTED)
-    variables: dict[str, str] = {}
-    assignments: list[dict] = []
-    index = 0
-    while index < len(lines):
-        line = lines[index]
-        index += 1
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        first_line = index
-        statement = line
-        while True:
-            match = _ASSIGNMENT_RE.match(statement)
-            if not match:
-                raise ParseError(
-                    f"{KIND}: line {first_line} is not a NAME=value assignment: "
-                    f"{line.strip()!r}; expected {EXPECTED}"
-                )
-            try:
-                value, rest = _shell_value(match.group(2), variables)
-                break
-            except _UnterminatedError:
-                if index >= len(lines):
-                    raise ParseError(
-                        f"{KIND}: the quote opened on line {first_line} is never closed; "
-                        "close it in the file."
-                    ) from None
-                statement += "\n" + lines[index]
-                index += 1
-        if rest and not rest.startswith("#"):
-            raise ParseError(
-                f"{KIND}: line {first_line} has {rest!r} after the value of {match.group(1)}; "
-                "a value with spaces must be quoted."
-            )
-        name = match.group(1)
-        variables[name] = value
-        assignments.append({"name": name, "value": value, "line": first_line})
+    if _grubenv.is_grubenv(lines):
+        return _from_grubenv(lines)
+    source = "\n".join(lines)
+    try:
+        grub_file = parse_grub_file(KIND, source)
+    except GrubParseError as error:
+        raise ParseError(
+            f"{KIND}: line {error.line}: {error.problem}; {error.fix} in the file."
+        ) from None
+    _check_statements(lines, source, grub_file)
+    variables, assignments, unevaluated = _evaluate(source, grub_file)
     if not any(name.startswith("GRUB_") for name in variables):
         raise ParseError(f"{KIND}: no GRUB_* variable is set; expected {EXPECTED}")
-    result: dict = {"variables": variables, "assignments": assignments}
+    not_evaluated = {entry["name"] for entry in unevaluated}
+    result: dict = {"variables": variables, "assignments": assignments, "unevaluated": unevaluated}
     for key, variable in CMDLINE_VARIABLES.items():
-        raw = variables.get(variable)
-        result[key] = (
-            None
-            if raw is None
-            else [{"name": p.name, "value": p.value} for p in parse_cmdline(raw)]
-        )
-    return result
+        result[key] = None if variable in not_evaluated else _params(variables.get(variable))
+    return whole(result)

@@ -1,13 +1,25 @@
-"""``lspci -vv`` / ``-vvv`` (optionally ``-nn``): per device the link, ACS and NUMA facts."""
+"""``lspci -vv`` / ``-vvv`` (optionally ``-nn``): per device the link, ACS and NUMA facts.
+
+Also read, as a partial result: the ``Lnk*`` lines alone, as ``lspci -vv | grep Lnk``
+prints them. Each ``LnkCap`` (or a field the current device already has) starts the
+next device, whose address and identity are unknown.
+"""
 
 from __future__ import annotations
 
 import re
 
-from ._common import ParseError, int_or_none, require_text
+from ._common import ParseError, int_or_none, partial, require_text, whole
 
 KIND = "lspci"
-EXPECTED = "the output of `lspci -vv` or `lspci -vvv` (with or without -nn)"
+EXPECTED = (
+    "the output of `lspci -vv` or `lspci -vvv` (with or without -nn), or its Lnk* lines"
+    " (`lspci -vv | grep Lnk`)"
+)
+FRAGMENT_NOTE = (
+    "no device lines (the Lnk* lines of lspci -vv alone): each LnkCap starts the next"
+    " device; bdf, description, ids, ACS, NUMA node, IOMMU group and driver are unknown"
+)
 
 ACS_FLAGS = (
     "SrcValid",
@@ -62,14 +74,14 @@ def _gt_per_s(pattern: str, value: str) -> float | None:
     return float(match.group(1)) if match else None
 
 
+def _unknown_header() -> dict:
+    return dict.fromkeys(("bdf", "description", "class", "class_id", "vendor_id", "device_id"))
+
+
 def _header(bdf: str, description: str) -> dict:
-    device: dict = {
+    device = _unknown_header() | {
         "bdf": bdf if bdf.count(":") == 2 else f"0000:{bdf}",
         "description": description,
-        "class": None,
-        "class_id": None,
-        "vendor_id": None,
-        "device_id": None,
     }
     match = _CLASS_RE.match(description)
     if match:
@@ -81,8 +93,7 @@ def _header(bdf: str, description: str) -> dict:
     return device
 
 
-def _device(bdf: str, description: str, body: list[str]) -> dict:
-    device = _header(bdf, description)
+def _device(device: dict, body: list[str]) -> dict:
     device.update(
         {
             "lnkcap": None,
@@ -126,23 +137,47 @@ def _device(bdf: str, description: str, body: list[str]) -> dict:
     return device
 
 
+def _link_fields(lines: list[str]) -> list[list[str]] | None:
+    """The Lnk* lines grouped per device, None when any other line is there."""
+    groups: list[list[str]] = []
+    keys: set[str] = set()
+    for line in lines:
+        if not line.strip():
+            continue
+        field = _FIELD_RE.match(line)
+        if field is None or not field.group("key").startswith("Lnk"):
+            return None
+        key = field.group("key")
+        if key == "LnkCap" or key in keys or not groups:
+            groups.append([])
+            keys = set()
+        groups[-1].append(line)
+        keys.add(key)
+    return groups
+
+
 def parse_lspci(text: str) -> dict:
     lines = require_text(text, KIND, EXPECTED)
     devices = []
-    current: tuple[str, str, list[str]] | None = None
+    current: tuple[dict, list[str]] | None = None
     for line in lines:
         match = _DEVICE_LINE_RE.match(line)
         if match:
             if current:
                 devices.append(_device(*current))
-            current = (match.group("bdf").lower(), match.group("description"), [])
+            current = (_header(match.group("bdf").lower(), match.group("description")), [])
         elif current and line.startswith(("\t", " ")):
-            current[2].append(line)
+            current[1].append(line)
     if current:
         devices.append(_device(*current))
-    if not devices:
+    if devices:
+        return whole({"devices": devices})
+    groups = _link_fields(lines)
+    if not groups:
         raise ParseError(
-            f"{KIND}: no device line like '0000:41:00.0 3D controller: NVIDIA ...'; "
-            f"expected {EXPECTED}"
+            f"{KIND}: no device line like '0000:41:00.0 3D controller: NVIDIA ...' and not"
+            f" only Lnk* lines like 'LnkSta: Speed 16GT/s, Width x16'; expected {EXPECTED}"
         )
-    return {"devices": devices}
+    return partial(
+        {"devices": [_device(_unknown_header(), body) for body in groups]}, FRAGMENT_NOTE
+    )

@@ -22,22 +22,20 @@ description:
     kept.
   - C(list) returns every generation's summary; C(show) one generation's manifest.
   - C(rollback) brings the node back to how it was right after generation O(rollback_to)
-    (default the one before the newest; 0 is before the first). Every file a later
-    generation touched gets the state from before the earliest of them, byte for byte
-    with mode and owner, or is removed when it did not exist. Before anything is touched,
-    every manifest must parse, every saved copy must match its checksum and every file
-    must be as the newest generation left it (O(force) skips only that last check). The
-    files are recorded first and the rollback is committed as a new generation, so a
-    rollback can be rolled back. Returns what must follow (C(grub_changed),
-    C(units_changed), C(services_to_restart)).
-  - C(boot_state) compares /proc/cmdline with the default entry of grub.cfg.
-  - C(single_gpu) is the emergency fallback for LingBot instances, against the layout
-    of the LingBot service role (C(/etc/lingbot/<instance>/config.yaml) and
-    C(lingbot@<instance>.service) whose C(ExecStart) carries C(--gpus) in plan order). It
-    writes a drop-in C(lingbot@<instance>.service.d/90-lingbot-fleet-single-gpu.conf)
-    whose C(ExecStart) runs on the primary GPU only (C(--device gpu:<first>)) without
-    C(--peer-access-threshold) or C(--balancer-config), records it in the run's
-    generation and returns the services to restart.
+    (default the one before the newest; 0 is before the first), in one call under the
+    node's run lock. Every file a later generation touched gets the state from before the
+    earliest of them, byte for byte with mode and owner, or is removed when it did not
+    exist; secrets (C(secrets.env)) are never copied into generations and are left as they
+    are. Before anything is touched, every manifest must parse, every saved copy must match
+    its checksum and every file must be as the newest generation left it (O(force) skips
+    only that last check). The files are saved into the run's generation and staged; then
+    the units the rollback takes away are stopped and disabled, the files swapped in, and
+    the effects run, each noted on the node until it ran - update-grub (Debian family),
+    daemon-reload, restart of the services whose files came back (left to the reboot with
+    O(reboot_follows)) - and the rollback is committed as a new generation, so it can be
+    rolled back in turn. A rollback cut off after its files were swapped in (killed, or a
+    command failed) is finished by the next C(rollback) call instead of being undone.
+    Returns C(reboot_required) for the restored kernel command line.
 version_added: "0.1.0"
 author:
   - lingbot-fleet
@@ -46,7 +44,7 @@ options:
     description: What to do.
     type: str
     required: true
-    choices: [record, commit, list, show, rollback, boot_state, single_gpu]
+    choices: [record, commit, list, show, rollback]
   generations_dir:
     description: Where generations live on the node.
     type: path
@@ -54,7 +52,7 @@ options:
   run_id:
     description:
       - The run's id, a directory name (letters, digits, C(_ - .)); one generation per
-        run id. Required by C(record), C(commit), C(rollback) and C(single_gpu).
+        run id. Required by C(record), C(commit) and C(rollback).
     type: str
   paths:
     description: Absolute paths of the files about to be written or removed (C(record)).
@@ -66,7 +64,7 @@ options:
     type: dict
     default: {}
   keep:
-    description: How many generations to keep (C(commit), C(rollback), C(single_gpu)).
+    description: How many generations to keep (C(commit), C(rollback)).
     type: int
     default: 20
   plan_path:
@@ -87,6 +85,31 @@ options:
         wrote them.
     type: bool
     default: false
+  live_runs:
+    description:
+      - The runs this controller still runs (C(generations_live_runs)); a node lock held by
+        another run of this controller that is not among them is taken over.
+    type: list
+    elements: str
+  bootloader:
+    description: C(rollback) - how the node boots (auto, grub_d, grubby), as kernel_cmdline.
+    type: str
+    choices: [auto, grub_d, grubby]
+    default: auto
+  reboot_follows:
+    description:
+      - C(rollback) - the playbook reboots the node next when the restored kernel command
+        line needs it; the services that come back are then left to the boot.
+    type: bool
+    default: false
+  health_retries:
+    description: C(rollback) - how often to check that each restarted service is active.
+    type: int
+    default: 10
+  health_delay_s:
+    description: C(rollback) - seconds between those checks.
+    type: float
+    default: 3
   root:
     description:
       - Prefix for every node path the module reads or writes, for image builds and
@@ -128,12 +151,12 @@ recorded:
   elements: str
 generation:
   description: C(commit) - the new generation's number, null when nothing changed.
-    C(rollback), C(single_gpu) - the generation recording it.
-  returned: action is commit, rollback or single_gpu
+    C(rollback) - the generation recording it.
+  returned: action is commit or rollback
   type: int
 commit:
   description: Numbers committed, runs discarded, generations pruned.
-  returned: action is commit, rollback or single_gpu (not in check mode)
+  returned: action is commit or rollback (not in check mode)
   type: dict
 generations:
   description: C(list) - every generation's summary, oldest first.
@@ -146,57 +169,59 @@ manifest:
   type: dict
 rollback:
   description: C(rollback) - target, undone generations, each file (path, kind, action
-    write/remove/none, current and restored state), grub_changed, units_changed,
-    services_to_restart.
+    write/remove/none, current and restored state), kept_secrets, grub_changed,
+    units_changed, services_to_restart, units_to_stop; null when the call finished an
+    interrupted rollback instead.
   returned: action is rollback
   type: dict
 files:
   description: Paths written or removed (or that would be in check mode).
-  returned: action is rollback or single_gpu
-  type: list
-  elements: str
-services_to_restart:
-  description: Services whose files changed and that still exist after the rollback.
-  returned: action is rollback or single_gpu
-  type: list
-  elements: str
-units_to_stop:
-  description:
-    - Services and timers the rollback takes away (their unit file, or a LingBot
-      instance's drop-in or config, did not exist in the restored generation).
   returned: action is rollback
   type: list
   elements: str
-boot:
-  description: C(boot_state) - running, configured, configured_from, reboot_required.
-  returned: action is boot_state
+effects:
+  description: C(rollback) - what followed the restore (bootloader, daemon_reload, restart).
+  returned: action is rollback and files were restored
   type: dict
+finished_runs:
+  description: C(rollback) - interrupted rollbacks of earlier runs this call finished.
+  returned: action is rollback
+  type: list
+  elements: str
+reboot_required:
+  description: C(rollback) - the restored kernel command line differs from the running one.
+  returned: action is rollback
+  type: bool
+actions:
+  description: C(rollback) - what was done (in check mode, what would be), one sentence each.
+  returned: action is rollback
+  type: list
+  elements: str
 """
 
 import os
 import re
+from collections.abc import Callable
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.lingbot_fleet.generations import (
-    LINGBOT_UNIT,
     GenerationError,
-    apply_rollback,
-    boot_state,
     commit,
     list_generations,
     load_generation,
-    on_root,
     pending_dir,
-    plan_rollback,
     record_before,
 )
+from ansible.module_utils.lingbot_fleet.rollback import RollbackError, RollbackRequest, roll_back
+
+FindBin = Callable[[str], "str | None"]
 
 ARGUMENT_SPEC: dict[str, Any] = {
     "action": {
         "type": "str",
         "required": True,
-        "choices": ["record", "commit", "list", "show", "rollback", "boot_state", "single_gpu"],
+        "choices": ["record", "commit", "list", "show", "rollback"],
     },
     "generations_dir": {"type": "path", "default": "/var/lib/lingbot-fleet/generations"},
     "run_id": {"type": "str"},
@@ -207,13 +232,17 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "generation": {"type": "int"},
     "rollback_to": {"type": "int"},
     "force": {"type": "bool", "default": False},
+    "live_runs": {"type": "list", "elements": "str"},
+    "bootloader": {"type": "str", "choices": ["auto", "grub_d", "grubby"], "default": "auto"},
+    "reboot_follows": {"type": "bool", "default": False},
+    "health_retries": {"type": "int", "default": 10},
+    "health_delay_s": {"type": "float", "default": 3.0},
     "root": {"type": "path", "default": "/"},
 }
 REQUIRED_IF = [
     ("action", "record", ["run_id"]),
     ("action", "commit", ["run_id"]),
     ("action", "rollback", ["run_id"]),
-    ("action", "single_gpu", ["run_id"]),
     ("action", "show", ["generation"]),
 ]
 
@@ -222,95 +251,6 @@ UNIT_DIR = "/etc/systemd/system"
 SINGLE_GPU_DROPIN = "90-lingbot-fleet-single-gpu.conf"
 _GPUS_OPTION = re.compile(r"--gpus(?:=|\s+)(\S+)")
 _DROPPED_OPTIONS = re.compile(r"\s+--(?:peer-access-threshold|balancer-config)(?:=|\s+)\S+")
-
-
-# --- single GPU fallback (depends on the LingBot service role's layout) ---------------
-
-
-def single_gpu_exec_start(exec_start: str) -> str:
-    """The ExecStart command on the primary GPU only, without peer-access options."""
-    found = _GPUS_OPTION.search(exec_start)
-    if found is None:
-        raise GenerationError(
-            f"ExecStart {exec_start!r} has no --gpus option, so the primary GPU is unknown; "
-            "check the unit the LingBot service role wrote"
-        )
-    primary = found.group(1).split(",")[0]
-    single = exec_start[: found.start()] + f"--device gpu:{primary}" + exec_start[found.end() :]
-    return _DROPPED_OPTIONS.sub("", single)
-
-
-def last_exec_start(texts: list[str]) -> str | None:
-    """The ExecStart in force after the unit file and its drop-ins (in that order)."""
-    command = None
-    for text in texts:
-        for line in text.splitlines():
-            key, sep, value = line.strip().partition("=")
-            if sep and key.strip() == "ExecStart":
-                command = value.strip() or None
-    return command
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
-
-
-def lingbot_instances(root: str) -> list[str]:
-    base = on_root(root, LINGBOT_DIR)
-    try:
-        names = sorted(os.listdir(base))
-    except FileNotFoundError:
-        return []
-    return [name for name in names if os.path.isfile(os.path.join(base, name, "config.yaml"))]
-
-
-def single_gpu_dropins(root: str) -> dict[str, str]:
-    """Drop-in path -> content, for every LingBot instance."""
-    instances = lingbot_instances(root)
-    if not instances:
-        raise GenerationError(
-            f"no LingBot instance under {LINGBOT_DIR} (no <instance>/config.yaml); the "
-            "single-GPU fallback needs the LingBot service role's files"
-        )
-    dropins = {}
-    for instance in instances:
-        unit = LINGBOT_UNIT.format(instance=instance)
-        dropin_dir = f"{UNIT_DIR}/{unit}.d"
-        texts = [_read(on_root(root, f"{UNIT_DIR}/lingbot@.service")) or ""]
-        real_dir = on_root(root, dropin_dir)
-        if os.path.isdir(real_dir):
-            for name in sorted(os.listdir(real_dir)):
-                if name.endswith(".conf") and name != SINGLE_GPU_DROPIN:
-                    texts.append(_read(os.path.join(real_dir, name)) or "")
-        exec_start = last_exec_start(texts)
-        if exec_start is None:
-            raise GenerationError(
-                f"{unit} has no ExecStart in {UNIT_DIR}/lingbot@.service or its drop-ins; "
-                "run the LingBot service role first"
-            )
-        dropins[f"{dropin_dir}/{SINGLE_GPU_DROPIN}"] = (
-            "# Managed by lingbot-fleet: emergency single-GPU fallback (primary GPU only,\n"
-            "# no peer access). Roll back to leave it: playbooks/rollback.yml.\n"
-            "[Service]\nExecStart=\n"
-            f"ExecStart={single_gpu_exec_start(exec_start)}\n"
-        )
-    return dropins
-
-
-def write_file(path: str, text: str) -> None:
-    directory = os.path.dirname(path)
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    temp_path = os.path.join(directory, f".{os.path.basename(path)}.lingbot-fleet")
-    with open(temp_path, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.chmod(temp_path, 0o644)
-    os.replace(temp_path, path)
 
 
 # --- actions ---------------------------------------------------------------------------
@@ -347,68 +287,26 @@ def do_commit(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
     }
 
 
-def do_rollback(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
-    generations_dir, root = params["generations_dir"], params["root"]
-    plan = plan_rollback(generations_dir, params["rollback_to"], params["force"], root)
-    report = plan.to_json()
-    files = [restore.path for restore in plan.to_change]
-    result: dict[str, Any] = {
-        "changed": bool(files),
-        "rollback": report,
-        "files": files,
-        "services_to_restart": report["services_to_restart"],
-        "units_to_stop": report["units_to_stop"],
-        "generation": None,
-    }
-    if check_mode or not files:
-        return result
-    apply_rollback(plan, generations_dir, params["run_id"], root)
-    ran = {**params["ran"], "rollback_to": plan.target, "undone": list(plan.undone)}
-    committed = commit(
-        generations_dir,
-        params["run_id"],
-        ran,
-        root=root,
+def do_rollback(params: dict[str, Any], check_mode: bool, find_bin: FindBin) -> dict[str, Any]:
+    request = RollbackRequest(
+        generations_dir=params["generations_dir"],
+        run_id=params["run_id"],
+        root=params["root"],
+        target=params["rollback_to"],
+        force=params["force"],
         keep=params["keep"],
         plan_path=params["plan_path"],
+        ran=params["ran"],
+        live_runs=params["live_runs"],
+        bootloader=params["bootloader"],
+        reboot_follows=params["reboot_follows"],
+        health_retries=params["health_retries"],
+        health_delay_s=params["health_delay_s"],
     )
-    result["generation"] = committed.generation
-    result["commit"] = committed.to_json()
-    return result
+    return roll_back(request, check_mode=check_mode, find_bin=find_bin)
 
 
-def do_single_gpu(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
-    root = params["root"]
-    dropins = single_gpu_dropins(root)
-    changed = [path for path, text in dropins.items() if _read(on_root(root, path)) != text]
-    services = sorted(
-        LINGBOT_UNIT.format(instance=path.split("@")[1].split(".service")[0]) for path in changed
-    )
-    result: dict[str, Any] = {
-        "changed": bool(changed),
-        "files": changed,
-        "services_to_restart": services,
-        "generation": None,
-    }
-    if check_mode or not changed:
-        return result
-    record_before(params["generations_dir"], params["run_id"], changed, root)
-    for path in changed:
-        write_file(on_root(root, path), dropins[path])
-    committed = commit(
-        params["generations_dir"],
-        params["run_id"],
-        {**params["ran"], "lingbot_mode": "single_gpu"},
-        root=root,
-        keep=params["keep"],
-        plan_path=params["plan_path"],
-    )
-    result["generation"] = committed.generation
-    result["commit"] = committed.to_json()
-    return result
-
-
-def run_action(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
+def run_action(params: dict[str, Any], check_mode: bool, find_bin: FindBin) -> dict[str, Any]:
     action = params["action"]
     generations_dir, root = params["generations_dir"], params["root"]
     if action == "record":
@@ -421,10 +319,8 @@ def run_action(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
         generation = load_generation(generations_dir, params["generation"], root)
         return {"changed": False, "manifest": generation.manifest}
     if action == "rollback":
-        return do_rollback(params, check_mode)
-    if action == "boot_state":
-        return {"changed": False, "boot": boot_state(root)}
-    return do_single_gpu(params, check_mode)
+        return do_rollback(params, check_mode, find_bin)
+    raise GenerationError(f"unknown action {action}")
 
 
 def run_module() -> None:
@@ -432,8 +328,8 @@ def run_module() -> None:
         argument_spec=ARGUMENT_SPEC, required_if=REQUIRED_IF, supports_check_mode=True
     )
     try:
-        result = run_action(module.params, module.check_mode)
-    except GenerationError as error:
+        result = run_action(module.params, module.check_mode, module.get_bin_path)
+    except (GenerationError, RollbackError) as error:
         module.fail_json(msg=str(error))
     except OSError as error:
         module.fail_json(
