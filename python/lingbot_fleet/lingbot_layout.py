@@ -30,6 +30,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .hardening import SERVER_SANDBOX
+from .systemd_text import SystemdTextError, systemd_word
+from .systemd_text import split_systemd_words as split_words
+
 CONFIG_DIR = "/etc/lingbot"
 PLAN_PATH = f"{CONFIG_DIR}/plan.json"
 CONFIG_NAME = "config.yaml"
@@ -126,51 +130,13 @@ def on_root(root: str, path: str) -> str:
 
 # --- systemd words ----------------------------------------------------------------------
 
-_NEEDS_QUOTES = re.compile(r"[\s\"'\\;]")
-
-
-def systemd_word(word: str) -> str:
-    """One word of a unit's command line or assignment, as systemd reads it back."""
-    if word == "" or _NEEDS_QUOTES.search(word):
-        word = '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return word.replace("%", "%%").replace("$", "$$")
-
 
 def split_systemd_words(text: str) -> list[str]:
     """The words of an ExecStart value, as ``systemd_word`` wrote them (quotes, %%, $$)."""
-    words: list[str] = []
-    current: list[str] = []
-    in_word = False
-    quote = ""
-    index = 0
-    while index < len(text):
-        char = text[index]
-        if char == "\\" and quote != "'" and index + 1 < len(text):
-            current.append(text[index + 1])
-            in_word = True
-            index += 2
-            continue
-        if quote:
-            if char == quote:
-                quote = ""
-            else:
-                current.append(char)
-        elif char in "\"'":
-            quote = char
-            in_word = True
-        elif char.isspace():
-            if in_word:
-                words.append("".join(current))
-                current, in_word = [], False
-        else:
-            current.append(char)
-            in_word = True
-        index += 1
-    if quote:
-        raise LayoutError(f"unbalanced {quote} in ExecStart {text!r}")
-    if in_word:
-        words.append("".join(current))
-    return [word.replace("%%", "%").replace("$$", "$") for word in words]
+    try:
+        return split_words(text)
+    except SystemdTextError as error:
+        raise LayoutError(str(error)) from error
 
 
 def exec_start_value(unit_texts: Iterable[str]) -> str | None:
@@ -440,27 +406,6 @@ class UnitSettings:
     hardening: bool = True
 
 
-_HARDENING = """\
-# Hardening that keeps CUDA working: the GPU device nodes stay reachable (no
-# PrivateDevices), pinned memory may be locked (LimitMEMLOCK), nothing else is writable.
-NoNewPrivileges=yes
-ProtectSystem=strict
-ProtectHome=yes
-PrivateTmp=yes
-ProtectKernelTunables=yes
-ProtectKernelModules=yes
-ProtectControlGroups=yes
-RestrictSUIDSGID=yes
-LockPersonality=yes
-DevicePolicy=closed
-# By driver (major number), so every GPU counts, whenever its node appears:
-# nvidia-frontend is /dev/nvidiactl and /dev/nvidia0..N, nvidia-uvm is /dev/nvidia-uvm
-# and /dev/nvidia-uvm-tools, nvidia-caps the MIG capability nodes.
-DeviceAllow=char-nvidia-frontend rw
-DeviceAllow=char-nvidia-uvm rw
-DeviceAllow=char-nvidia-caps rw"""
-
-
 def template_text(service: UnitSettings, header: str = "") -> str:
     """``lingbot@.service``: what every instance shares; the drop-ins add the rest."""
     lines = [
@@ -505,7 +450,7 @@ def template_text(service: UnitSettings, header: str = "") -> str:
         "LimitNOFILE=65536",
     ]
     if service.hardening:
-        lines += _HARDENING.splitlines()
+        lines += SERVER_SANDBOX
     lines += ["", "[Install]", "WantedBy=multi-user.target"]
     return "\n".join(lines) + "\n"
 

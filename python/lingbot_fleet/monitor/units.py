@@ -15,6 +15,9 @@ import re
 import urllib.parse
 from dataclasses import dataclass
 
+from ..hardening import MONITOR_SANDBOX
+from ..systemd_text import systemd_word
+
 SERVICE_NAME = "lingbot-fleet-monitor.service"
 TIMER_NAME = "lingbot-fleet-monitor.timer"
 
@@ -31,13 +34,6 @@ def _one_line(name: str, value: str) -> str:
     if _CONTROL.search(value):
         raise UnitValueError(f"{name} {value!r}: a unit value cannot hold control characters")
     return value
-
-
-def systemd_word(word: str) -> str:
-    """One word of ExecStart=, as systemd splits and expands it back to ``word``."""
-    if word == "" or re.search(r"[\s\"'\\;]", word):
-        word = '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return word.replace("%", "%%").replace("$", "$$")
 
 
 def systemd_path(name: str, path: str, *, optional: bool = False) -> str:
@@ -130,25 +126,9 @@ def service_text(units: MonitorUnits) -> str:
         "# The probe issues no kernels: nothing to compile or cache.",
         "Environment=CUDA_CACHE_DISABLE=1",
         "LimitMEMLOCK=infinity",
-        "# Hardening that keeps CUDA working: the GPU device nodes stay reachable (no",
-        "# PrivateDevices), pinned memory may be locked (LimitMEMLOCK), and only the monitor's",
-        "# state and the textfile directory are writable.",
-        "NoNewPrivileges=yes",
-        "ProtectSystem=strict",
+        "# Only the monitor's state and the textfile directory are writable.",
         "ReadWritePaths=" + " ".join(writable),
-        "ProtectHome=yes",
-        "PrivateTmp=yes",
-        "ProtectKernelTunables=yes",
-        "ProtectKernelModules=yes",
-        "ProtectControlGroups=yes",
-        "RestrictSUIDSGID=yes",
-        "LockPersonality=yes",
-        "DevicePolicy=closed",
-        "# By driver (major number): /dev/nvidiactl and /dev/nvidia0..N, /dev/nvidia-uvm*,",
-        "# MIG nodes.",
-        "DeviceAllow=char-nvidia-frontend rw",
-        "DeviceAllow=char-nvidia-uvm rw",
-        "DeviceAllow=char-nvidia-caps rw",
+        *MONITOR_SANDBOX,
     ]
     return "\n".join(lines) + "\n"
 
