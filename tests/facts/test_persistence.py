@@ -301,6 +301,8 @@ class FakeNode:
             "nvml_python_path": [VENV_SITE_PACKAGES],
             "verify_delay_s": 0,
             "generation_run_id": "20250101T000000Z-1",
+            # The drop-in alone, unless a test asks for the modules-load.d file too.
+            "uvm_at_boot": False,
             **args,
         }
         argv = [
@@ -456,3 +458,20 @@ def test_module_documentation_parses_and_names_every_option(module_path: str) ->
     }
     assert documented == in_spec
     assert set(blocks["DOCUMENTATION"]["attributes"]) >= {"check_mode", "diff_mode"}
+
+
+def test_nvidia_uvm_is_loaded_at_every_boot(fake_node: FakeNode) -> None:
+    uvm = fake_node.root / "etc/modules-load.d/lingbot-fleet-nvidia-uvm.conf"
+    checked = fake_node.run(check=True, uvm_at_boot=True)
+    assert checked["ansible_rc"] == 0, checked.get("msg")
+    assert (
+        f"would create {uvm.relative_to(fake_node.root).as_posix().join(['/', ''])}"
+        in (checked["actions"])
+    )
+    assert not uvm.exists()
+    first = fake_node.run(uvm_at_boot=True)
+    assert first["ansible_rc"] == 0, first.get("msg")
+    assert uvm.read_text().splitlines()[-1] == "nvidia-uvm"
+    assert "nvidia-uvm: the NVIDIA kernel driver is not loaded here" in first["notes"]
+    again = fake_node.run(uvm_at_boot=True)
+    assert (again["changed"], again["actions"]) == (False, [])

@@ -68,6 +68,14 @@ options:
     description: The systemctl command.
     type: str
     default: systemctl
+  uvm_at_boot:
+    description:
+      - Write C(/etc/modules-load.d/lingbot-fleet-nvidia-uvm.conf) so that C(nvidia-uvm),
+        which CUDA needs, is loaded at every boot, and load it now when the NVIDIA driver is
+        loaded and it is not. The hardened LingBot units cannot load kernel modules, so the
+        driver's on-demand load (the setuid nvidia-modprobe) does not work there.
+    type: bool
+    default: true
   generation_run_id:
     description:
       - The run id of the generations role (C(generations_run_id)). When set, the drop-in
@@ -180,6 +188,7 @@ ansible_facts:
   type: dict
 """
 
+import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -279,6 +288,32 @@ def verify(module: AnsibleModule, changes: NodeChanges, started: bool, result: d
     return started
 
 
+UVM_MODULES_LOAD = "/etc/modules-load.d/lingbot-fleet-nvidia-uvm.conf"
+
+
+def load_uvm_at_boot(changes: NodeChanges, find_bin, result: dict) -> None:
+    """nvidia-uvm loaded at every boot (modules-load.d) and now, when the driver is.
+
+    CUDA needs nvidia-uvm; the driver usually loads it on demand through the setuid
+    nvidia-modprobe, which the hardened units (NoNewPrivileges, ProtectKernelModules) do
+    not allow, so the module must already be there when LingBot starts.
+    """
+    changes.write_file(
+        UVM_MODULES_LOAD,
+        "# Managed by lingbot-fleet (role nvidia_persistence): CUDA's nvidia-uvm at every boot,\n"
+        "# before the hardened LingBot units start (they cannot load kernel modules).\n"
+        "nvidia-uvm\n",
+        mode=0o644,
+    )
+    loaded = os.path.isdir(changes.real("/sys/module/nvidia_uvm"))
+    if loaded or not os.path.isdir(changes.real("/sys/module/nvidia")):
+        if not loaded:
+            result["notes"].append("nvidia-uvm: the NVIDIA kernel driver is not loaded here")
+        return
+    modprobe = find_bin("modprobe") or "modprobe"
+    changes.run([modprobe, "nvidia-uvm"], "load nvidia-uvm (modprobe nvidia-uvm)")
+
+
 def run_module() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -297,6 +332,7 @@ def run_module() -> None:
             "generation_run_id": {"type": "str"},
             "generations_live_runs": {"type": "list", "elements": "str"},
             "generations_dir": {"type": "path", "default": "/var/lib/lingbot-fleet/generations"},
+            "uvm_at_boot": {"type": "bool", "default": True},
             "root": {"type": "path", "default": "/"},
         },
         supports_check_mode=True,
@@ -325,6 +361,8 @@ def run_module() -> None:
         module.fail_json(msg=message, **result, **changes.result())
 
     try:
+        if params["uvm_at_boot"]:
+            load_uvm_at_boot(changes, module.get_bin_path, result)
         _state, started = converge_unit(module, changes, result)
         if module.check_mode:
             result["notes"].append("check mode: nothing restarted, persistence mode not verified")
