@@ -19,6 +19,7 @@ from lingbot_fleet.lab import layout
 from lingbot_fleet.lab.manager import Lab, NodeSpec, _mounts_under, available_profiles
 
 pytestmark = pytest.mark.lab
+EXTRA_FAULT_NODES = ("a6000-gen3", "a6000-x8")
 
 
 def pytest_collection_modifyitems(items):
@@ -34,6 +35,41 @@ class BootedLab:
 
     def node(self, profile: str) -> NodeSpec:
         return next(spec for spec in self.specs if spec.profile == profile)
+
+    def nodes(self, profile: str) -> list[NodeSpec]:
+        return [spec for spec in self.specs if spec.profile == profile]
+
+    def inside(self, spec: NodeSpec, command: str, check: bool = True):
+        """Run a command in the node without SSH (nsenter into its init), for faults that
+        take SSH away."""
+        merged = str(spec.directory(self.lab.home) / "merged")
+        init = None
+        for pid in self.lab._nspawn_pids(spec):
+            try:
+                if os.readlink(f"/proc/{pid}/root") != merged:
+                    continue
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            nspid = next(
+                (line.split()[-1] for line in status.splitlines() if line.startswith("NSpid:")), ""
+            )
+            if nspid == "1":
+                init = pid
+                break
+        assert init is not None, f"{spec.name}: no init process found"
+        result = subprocess.run(
+            ["nsenter", "-t", str(init), "-m", "-u", "-i", "-n", "-p", "--", "sh", "-c", command],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"{spec.name}: {command!r} exited {result.returncode}: {result.stderr}"
+            )
+        return result
 
     def run(self, spec: NodeSpec, command: str, check: bool = True, timeout: float = 60):
         result = subprocess.run(
@@ -76,7 +112,8 @@ class BootedLab:
 @pytest.fixture(scope="session")
 def booted_lab():
     lab = Lab()
-    specs = lab.up(available_profiles())
+    # Every profile once, and two more nodes that only the fault tests break and mend.
+    specs = lab.up([*available_profiles(), *EXTRA_FAULT_NODES])
     yield BootedLab(lab, specs)
     if os.environ.get("LINGBOT_KEEP_LAB"):
         return
