@@ -6,14 +6,27 @@
  * the bytes and a readback checks them. Live device allocations are capped per GPU
  * at min(GPU memory, LAB_DEVICE_ALLOCATION_LIMIT_BYTES).
  *
- * Time: every operation runs at once on the CPU, but is timed on a virtual clock.
- * Each stream has a cursor (ns); the host has one too (host_now_ns). An operation on
- * a stream starts at max(stream cursor, host_now_ns) and moves the stream's cursor by
+ * Time: every operation is timed on a virtual clock. Each stream has a cursor (ns);
+ * the host has one too (host_now_ns). An operation on a stream starts at
+ * max(stream cursor, host_now_ns) and moves the stream's cursor by
  *     latency_ns + bytes / gbytes_per_s      (1 GB/s = 1 byte/ns)
  * scaled by a deterministic noise of at most +-1 % (seed: LINGBOT_LAB_NOISE_SEED).
- * Events record a stream's cursor; synchronizing (stream, event, context, or a
- * synchronous copy) moves host_now_ns forward to the awaited time. So
- * cuEventElapsedTime returns the profile's figures, and a run takes no real time.
+ * The legacy default stream (NULL) also starts after the work of every blocking stream
+ * of its context, and a blocking stream after the default stream's work; streams
+ * created with CU_STREAM_NON_BLOCKING are ordered with neither. Events record a
+ * stream's cursor; synchronizing (stream, event, context, or a synchronous copy) moves
+ * host_now_ns forward to the awaited time. So cuEventElapsedTime returns the profile's
+ * figures, and a run takes no virtual time on the host.
+ *
+ * Data: copies move their bytes when they are issued (a device-to-device copy that would
+ * write what its destination already holds, the same copy again with neither buffer
+ * written since, skips the move: same bytes, less host time). Memsets are asynchronous, as on
+ * the driver (cuMemsetD8_v2 and friends too, for device memory: they are queued on the
+ * default stream): their bytes land when the memset completes on its stream's clock,
+ * i.e. just before the first later operation that starts at or after that time. An
+ * operation not ordered after a memset (another stream, no event or host wait between
+ * them) reads the bytes from before it, and what it writes is overwritten when the
+ * memset lands.
  *
  * Paths: host to device and back use the GPU's host figures. Between two GPUs a
  * copy uses the pair's p2p path when peer access is enabled (either direction)
@@ -31,8 +44,9 @@
  * A lost GPU is listed (ordinals stay aligned with NVML) but its context cannot be
  * created: CUDA_ERROR_DEVICE_UNAVAILABLE.
  *
- * Load: each copy touching GPU i writes busy/<i> = now + max(duration, 1 s), which
- * NVML and nvidia-smi read to show the link under load.
+ * Load: each copy touching GPU i records itself in busy/<i> (labstate.h): NVML and
+ * nvidia-smi show P0 until LAB_BUSY_HOLD_SECONDS after the last copy, and a link that
+ * idles low at its load generation once the copies have gone on for link.ramp_ms.
  *
  * Device ordinals are in PCI bus order (the state's order), filtered and reordered
  * by CUDA_VISIBLE_DEVICES (indices or UUID prefixes) like the real driver.
@@ -53,8 +67,9 @@
 #define LAB_HOST_MEMCPY_GBYTES_PER_S 10.0
 #define LAB_NOISE_FRACTION 0.01
 #define LAB_RECENT_COPIES 64
+#define LAB_SETTLED_COPIES 16
 #define LAB_CONTEXT_STACK_DEPTH 16
-#define LAB_BUSY_MIN_SECONDS 1.0
+#define CU_STREAM_NON_BLOCKING 0x1
 
 typedef enum {
     CUDA_SUCCESS = 0,
@@ -121,6 +136,7 @@ typedef enum {
 
 struct cuda_stream {
     unsigned magic;
+    unsigned flags;
     struct cuda_context *context;
     double cursor_ns;
     struct cuda_stream *next; /* list of created streams */
@@ -145,13 +161,30 @@ typedef struct {
     char *base;
     size_t size;
     int gpu; /* HOST_SIDE for pinned host memory */
+    unsigned long long version; /* write_clock at its last write (device memory) */
 } allocation_t;
+
+/* A device-to-device copy whose destination still holds what it wrote. */
+typedef struct {
+    uintptr_t dst, src;
+    size_t bytes;
+    unsigned long long dst_version, src_version;
+} settled_copy_t;
 
 typedef struct {
     int src_gpu, dst_gpu;
     const struct cuda_stream *stream;
     double start_ns, end_ns;
 } recent_copy_t;
+
+/* A memset whose bytes land at end_ns (virtual time). */
+typedef struct {
+    unsigned char *base;
+    size_t count;
+    size_t element_size;
+    unsigned value;
+    double end_ns;
+} pending_memset_t;
 
 typedef struct {
     double gbytes_per_s;
@@ -174,8 +207,13 @@ static unsigned long long gpu_allocated_bytes[LAB_MAX_GPUS];
 static allocation_t *allocations;
 static size_t allocation_count, allocation_capacity;
 static struct cuda_stream *streams;
+static pending_memset_t *pending_memsets;
+static size_t pending_count, pending_capacity;
 static recent_copy_t recent_copies[LAB_RECENT_COPIES];
 static unsigned recent_copy_next;
+static settled_copy_t settled_copies[LAB_SETTLED_COPIES];
+static unsigned settled_copy_next;
+static unsigned long long write_clock;
 static double host_now_ns;
 static uint64_t noise_state;
 
@@ -191,6 +229,7 @@ static __thread int context_depth; /* current context: context_stack[context_dep
     } while (0)
 
 static void forget_copies_of_stream(const struct cuda_stream *stream);
+static void drop_pending_memsets_in(uintptr_t base, size_t bytes);
 
 /* ---- state, devices ------------------------------------------------------------- */
 
@@ -632,6 +671,7 @@ static void free_device_allocations(int gpu)
     size_t kept = 0;
     for (size_t i = 0; i < allocation_count; i++) {
         if (allocations[i].gpu == gpu) {
+            drop_pending_memsets_in((uintptr_t)allocations[i].base, allocations[i].size);
             free(allocations[i].base);
         } else {
             allocations[kept++] = allocations[i];
@@ -1044,12 +1084,13 @@ static CUresult remember_allocation(void *base, size_t size, int gpu)
         allocations = grown;
         allocation_capacity = capacity;
     }
-    allocations[allocation_count++] = (allocation_t){.base = base, .size = size, .gpu = gpu};
+    allocations[allocation_count++] =
+        (allocation_t){.base = base, .size = size, .gpu = gpu, .version = ++write_clock};
     return CUDA_SUCCESS;
 }
 
 /* The allocation holding [address, address + bytes), or NULL. */
-static const allocation_t *find_allocation(uintptr_t address, size_t bytes)
+static allocation_t *find_allocation(uintptr_t address, size_t bytes)
 {
     for (size_t i = 0; i < allocation_count; i++) {
         uintptr_t base = (uintptr_t)allocations[i].base;
@@ -1068,6 +1109,7 @@ static CUresult forget_allocation(void *base, int want_device)
             if (allocations[i].gpu >= 0) {
                 gpu_allocated_bytes[allocations[i].gpu] -= allocations[i].size;
             }
+            drop_pending_memsets_in((uintptr_t)base, allocations[i].size);
             free(base);
             allocations[i] = allocations[--allocation_count];
             return CUDA_SUCCESS;
@@ -1200,13 +1242,12 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
 
 static CUresult stream_create_locked(CUstream *stream, unsigned int flags)
 {
-    (void)flags;
     struct cuda_context *context = NULL;
     CUresult result = require_context(&context);
     if (result != CUDA_SUCCESS) {
         return result;
     }
-    if (!stream) {
+    if (!stream || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING)) {
         return CUDA_ERROR_INVALID_VALUE;
     }
     struct cuda_stream *created = calloc(1, sizeof *created);
@@ -1214,6 +1255,7 @@ static CUresult stream_create_locked(CUstream *stream, unsigned int flags)
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     created->magic = STREAM_MAGIC;
+    created->flags = flags;
     created->context = context;
     created->cursor_ns = host_now_ns;
     created->next = streams;
@@ -1338,9 +1380,27 @@ EXPORT CUresult cuEventDestroy_v2(CUevent event)
     LOCKED(event_destroy_locked(event));
 }
 
+static double later(double a, double b)
+{
+    return a > b ? a : b;
+}
+
+/* When the next operation on the stream can start: after the stream's own work and the
+ * host's wait, and across the legacy default stream's implicit synchronization. */
 static double stream_start_ns(const struct cuda_stream *stream)
 {
-    return stream->cursor_ns > host_now_ns ? stream->cursor_ns : host_now_ns;
+    double start = later(stream->cursor_ns, host_now_ns);
+    const struct cuda_stream *legacy = &stream->context->default_stream;
+    if (stream == legacy) {
+        for (const struct cuda_stream *other = streams; other; other = other->next) {
+            if (other->context == stream->context && !(other->flags & CU_STREAM_NON_BLOCKING)) {
+                start = later(start, other->cursor_ns);
+            }
+        }
+    } else if (!(stream->flags & CU_STREAM_NON_BLOCKING)) {
+        start = later(start, legacy->cursor_ns);
+    }
+    return start;
 }
 
 static CUresult event_record_locked(CUevent event, CUstream stream)
@@ -1509,6 +1569,74 @@ static void forget_copies_of_stream(const struct cuda_stream *stream)
     }
 }
 
+/* ---- asynchronous memsets ------------------------------------------------------ */
+
+static void write_memset(const pending_memset_t *memset_op)
+{
+    allocation_t *target = find_allocation((uintptr_t)memset_op->base, 1);
+    if (target) {
+        target->version = ++write_clock;
+    }
+    if (memset_op->element_size == 1) {
+        memset(memset_op->base, (int)(memset_op->value & 0xff), memset_op->count);
+        return;
+    }
+    for (size_t i = 0; i < memset_op->count; i++) {
+        memcpy(memset_op->base + i * memset_op->element_size, &memset_op->value,
+               memset_op->element_size);
+    }
+}
+
+/* Lands every memset complete by time_ns, earliest first (a later one wins overlaps). */
+static void land_memsets_until(double time_ns)
+{
+    for (;;) {
+        size_t earliest = pending_count;
+        for (size_t i = 0; i < pending_count; i++) {
+            if (pending_memsets[i].end_ns <= time_ns &&
+                (earliest == pending_count ||
+                 pending_memsets[i].end_ns < pending_memsets[earliest].end_ns)) {
+                earliest = i;
+            }
+        }
+        if (earliest == pending_count) {
+            return;
+        }
+        write_memset(&pending_memsets[earliest]);
+        memmove(&pending_memsets[earliest], &pending_memsets[earliest + 1],
+                (pending_count - earliest - 1) * sizeof *pending_memsets);
+        pending_count--;
+    }
+}
+
+static CUresult queue_memset(const pending_memset_t *memset_op)
+{
+    if (pending_count == pending_capacity) {
+        size_t capacity = pending_capacity ? pending_capacity * 2 : 16;
+        pending_memset_t *grown = realloc(pending_memsets, capacity * sizeof *grown);
+        if (!grown) {
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        pending_memsets = grown;
+        pending_capacity = capacity;
+    }
+    pending_memsets[pending_count++] = *memset_op;
+    return CUDA_SUCCESS;
+}
+
+/* Freed memory: its memsets never land. */
+static void drop_pending_memsets_in(uintptr_t base, size_t bytes)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < pending_count; i++) {
+        uintptr_t address = (uintptr_t)pending_memsets[i].base;
+        if (address < base || address >= base + bytes) {
+            pending_memsets[kept++] = pending_memsets[i];
+        }
+    }
+    pending_count = kept;
+}
+
 /* Counts a copy on a GPU; fails it (sticky) past the profile's fault threshold. */
 static CUresult count_copy_on(int gpu)
 {
@@ -1527,6 +1655,38 @@ static CUresult count_copy_on(int gpu)
     return CUDA_SUCCESS;
 }
 
+/* memmove, skipped for a device-to-device copy that ran last into dst with neither buffer
+ * written since (dst already holds these bytes). */
+static void move_bytes(void *dst, const void *src, size_t bytes)
+{
+    allocation_t *to = find_allocation((uintptr_t)dst, bytes);
+    const allocation_t *from = find_allocation((uintptr_t)src, bytes);
+    int device_to_device = to && from && to != from && to->gpu >= 0 && from->gpu >= 0;
+    if (device_to_device) {
+        for (unsigned i = 0; i < LAB_SETTLED_COPIES; i++) {
+            const settled_copy_t *settled = &settled_copies[i];
+            if (settled->dst == (uintptr_t)dst && settled->src == (uintptr_t)src &&
+                settled->bytes == bytes && settled->dst_version == to->version &&
+                settled->src_version == from->version) {
+                return;
+            }
+        }
+    }
+    memmove(dst, src, bytes);
+    if (to && to->gpu >= 0) {
+        to->version = ++write_clock;
+    }
+    if (device_to_device) {
+        settled_copies[settled_copy_next++ % LAB_SETTLED_COPIES] = (settled_copy_t){
+            .dst = (uintptr_t)dst,
+            .src = (uintptr_t)src,
+            .bytes = bytes,
+            .dst_version = to->version,
+            .src_version = from->version,
+        };
+    }
+}
+
 /* Moves the bytes and times the copy on the stream. src/dst_gpu: GPU index or HOST_SIDE. */
 static CUresult run_copy(void *dst, const void *src, size_t bytes, int dst_gpu, int src_gpu,
                          struct cuda_stream *stream)
@@ -1540,6 +1700,7 @@ static CUresult run_copy(void *dst, const void *src, size_t bytes, int dst_gpu, 
     }
     copy_path_t path = choose_path(src_gpu, dst_gpu);
     double start_ns = stream_start_ns(stream);
+    land_memsets_until(start_ns);
     double gbytes_per_s = path.gbytes_per_s;
     if (path.bidirectional_partner_possible &&
         opposite_copy_running(src_gpu, dst_gpu, stream, start_ns)) {
@@ -1551,17 +1712,13 @@ static CUresult run_copy(void *dst, const void *src, size_t bytes, int dst_gpu, 
         remember_copy(src_gpu, dst_gpu, stream, start_ns, stream->cursor_ns);
     }
     if (!path.drops_data && bytes > 0 && dst != src) {
-        memmove(dst, src, bytes);
-    }
-    double busy_seconds = duration_ns / 1e9;
-    if (busy_seconds < LAB_BUSY_MIN_SECONDS) {
-        busy_seconds = LAB_BUSY_MIN_SECONDS;
+        move_bytes(dst, src, bytes);
     }
     if (src_gpu != HOST_SIDE) {
-        lab_gpu_mark_busy(src_gpu, busy_seconds);
+        lab_gpu_mark_load(src_gpu, duration_ns / 1e9);
     }
     if (dst_gpu != HOST_SIDE && dst_gpu != src_gpu) {
-        lab_gpu_mark_busy(dst_gpu, busy_seconds);
+        lab_gpu_mark_load(dst_gpu, duration_ns / 1e9);
     }
     return CUDA_SUCCESS;
 }
@@ -1678,8 +1835,11 @@ EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dst_context, CUdevi
     LOCKED(peer_copy_locked(dst, dst_context, src, src_context, bytes, stream, 0));
 }
 
+/* Device memory only (the driver's memsets into pinned host memory are not modelled).
+ * Asynchronous with respect to the host for every entry point, as the driver's are for
+ * device memory: the bytes land when the memset completes on the stream. */
 static CUresult memset_locked(CUdeviceptr dst, unsigned int value, size_t element_size,
-                              size_t count, CUstream stream, int synchronous)
+                              size_t count, CUstream stream)
 {
     struct cuda_stream *resolved = NULL;
     CUresult result = resolve_stream(stream, &resolved);
@@ -1694,48 +1854,50 @@ static CUresult memset_locked(CUdeviceptr dst, unsigned int value, size_t elemen
     if (gpu_failed[gpu]) {
         return CUDA_ERROR_LAUNCH_FAILED;
     }
-    unsigned char *bytes_out = (unsigned char *)(uintptr_t)dst;
-    if (element_size == 1) {
-        memset(bytes_out, (int)(value & 0xff), count);
-    } else {
-        for (size_t i = 0; i < count; i++) {
-            memcpy(bytes_out + i * element_size, &value, element_size);
-        }
-    }
     double start_ns = stream_start_ns(resolved);
-    resolved->cursor_ns = start_ns + LAB_DEVICE_INTERNAL_LATENCY_NS +
-                          (double)bytes / LAB_DEVICE_INTERNAL_GBYTES_PER_S;
-    if (synchronous) {
-        wait_host_until(resolved->cursor_ns);
+    land_memsets_until(start_ns);
+    double end_ns =
+        start_ns + LAB_DEVICE_INTERNAL_LATENCY_NS + (double)bytes / LAB_DEVICE_INTERNAL_GBYTES_PER_S;
+    pending_memset_t queued = {
+        .base = (unsigned char *)(uintptr_t)dst,
+        .count = count,
+        .element_size = element_size,
+        .value = value,
+        .end_ns = end_ns,
+    };
+    result = queue_memset(&queued);
+    if (result != CUDA_SUCCESS) {
+        return result;
     }
+    resolved->cursor_ns = end_ns;
     return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t count)
 {
-    LOCKED(memset_locked(dst, value, 1, count, NULL, 1));
+    LOCKED(memset_locked(dst, value, 1, count, NULL));
 }
 
 EXPORT CUresult cuMemsetD16_v2(CUdeviceptr dst, unsigned short value, size_t count)
 {
-    LOCKED(memset_locked(dst, value, 2, count, NULL, 1));
+    LOCKED(memset_locked(dst, value, 2, count, NULL));
 }
 
 EXPORT CUresult cuMemsetD32_v2(CUdeviceptr dst, unsigned int value, size_t count)
 {
-    LOCKED(memset_locked(dst, value, 4, count, NULL, 1));
+    LOCKED(memset_locked(dst, value, 4, count, NULL));
 }
 
 EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count,
                                 CUstream stream)
 {
-    LOCKED(memset_locked(dst, value, 1, count, stream, 0));
+    LOCKED(memset_locked(dst, value, 1, count, stream));
 }
 
 EXPORT CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int value, size_t count,
                                  CUstream stream)
 {
-    LOCKED(memset_locked(dst, value, 4, count, stream, 0));
+    LOCKED(memset_locked(dst, value, 4, count, stream));
 }
 
 /* ---- teardown ------------------------------------------------------------------- */
@@ -1748,6 +1910,9 @@ __attribute__((destructor)) static void release_everything(void)
     free(allocations);
     allocations = NULL;
     allocation_count = allocation_capacity = 0;
+    free(pending_memsets);
+    pending_memsets = NULL;
+    pending_count = pending_capacity = 0;
     while (streams) {
         struct cuda_stream *next = streams->next;
         free(streams);

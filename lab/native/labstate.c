@@ -219,6 +219,8 @@ static void load_gpu(table_t *table, int index, lab_gpu_t *gpu)
     gpu->width = (int)get_number(table, KEY("gpu.%d.link.width", index));
     gpu->gen_load = (int)get_number(table, KEY("gpu.%d.link.gen_load", index));
     gpu->gen_idle = (int)get_number(table, KEY("gpu.%d.link.gen_idle", index));
+    gpu->link_ramp_s =
+        get_number_or(table, KEY("gpu.%d.link.ramp_ms", index), LAB_DEFAULT_LINK_RAMP_MS) / 1e3;
     gpu->h2d_gbytes_per_s = get_number(table, KEY("gpu.%d.host.h2d_gbytes_per_s", index));
     gpu->d2h_gbytes_per_s = get_number(table, KEY("gpu.%d.host.d2h_gbytes_per_s", index));
     gpu->host_latency_ns = get_number(table, KEY("gpu.%d.host.latency_ns", index));
@@ -397,33 +399,67 @@ static double epoch_seconds(void)
     return (double)now.tv_sec + (double)now.tv_usec / 1e6;
 }
 
-static double busy_until(int index)
+typedef struct {
+    double until, since, last;
+} busy_record_t;
+
+/* busy/<i>; 0 when absent or unreadable. One number: held busy by hand, long ramped. */
+static int read_busy(int index, busy_record_t *record)
 {
-    char path[LAB_PATH_LEN], relative[64], line[64];
+    char path[LAB_PATH_LEN], relative[64], line[128];
     snprintf(relative, sizeof relative, "busy/%d", index);
     lab_run_path(path, sizeof path, relative);
     if (read_first_line(path, line, sizeof line) != 0) {
         return 0;
     }
-    return strtod(line, NULL);
+    int fields = sscanf(line, "%lf %lf %lf", &record->until, &record->since, &record->last);
+    if (fields < 1) {
+        return 0;
+    }
+    if (fields < 3) {
+        record->since = 0;
+        record->last = record->until;
+    }
+    return 1;
 }
 
 int lab_gpu_is_busy(int index)
 {
-    return busy_until(index) > epoch_seconds();
+    busy_record_t record;
+    return read_busy(index, &record) && record.until > epoch_seconds();
 }
 
-void lab_gpu_mark_busy(int index, double seconds)
+int lab_gpu_link_gen(const lab_state_t *state, int index)
 {
-    char path[LAB_PATH_LEN], relative[64], text[64];
-    double until = epoch_seconds() + seconds;
-    double current = busy_until(index);
-    if (current > until) {
-        until = current;
+    const lab_gpu_t *gpu = &state->gpus[index];
+    busy_record_t record;
+    double now = epoch_seconds();
+    if (!read_busy(index, &record) || record.until <= now) {
+        return gpu->gen_idle;
+    }
+    double sustained = (record.last < now ? record.last : now) - record.since;
+    return sustained >= gpu->link_ramp_s ? gpu->gen_load : gpu->gen_idle;
+}
+
+void lab_gpu_mark_load(int index, double seconds)
+{
+    char path[LAB_PATH_LEN], relative[64], text[128];
+    double now = epoch_seconds();
+    busy_record_t record = {0, 0, 0};
+    if (!read_busy(index, &record) || record.until <= now) {
+        record.since = now;
+        record.last = now;
+        record.until = now;
+    }
+    if (now + seconds > record.last) {
+        record.last = now + seconds;
+    }
+    if (record.last + LAB_BUSY_HOLD_SECONDS > record.until) {
+        record.until = record.last + LAB_BUSY_HOLD_SECONDS;
     }
     snprintf(relative, sizeof relative, "busy/%d", index);
     lab_run_path(path, sizeof path, relative);
-    snprintf(text, sizeof text, "%.3f\n", until);
+    snprintf(text, sizeof text, "%.6f %.6f %.6f\n", record.until, record.since, record.last);
     (void)write_text_atomically(path, text);
 }
 

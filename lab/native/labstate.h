@@ -3,6 +3,12 @@
  * $LINGBOT_LAB_ROOT/run/lingbot-lab/state.txt (see lab/CONTRACT.md), plus the
  * live files next to it (persistence/<i>, busy/<i>).
  *
+ * busy/<i> is "<until> <since> <last>" in epoch seconds: the GPU is under load (P0)
+ * until <until>; the current stretch of copies began at <since> and its latest copy
+ * ends at <last>. A link that idles below its load generation reaches it only once
+ * <last> - <since> is at least the GPU's link.ramp_ms. A file with one number (written
+ * by hand) means under load until then, long enough to have ramped.
+ *
  * Shared by libnvidia-ml.so.1 and libcuda.so.1; nothing here is exported.
  */
 #ifndef LINGBOT_LAB_STATE_H
@@ -16,6 +22,10 @@
 #define LAB_TEXT_LEN 96
 #define LAB_PATH_LEN 4096
 #define LAB_ERROR_LEN 512
+/* Sustained copy time after which an idle-gen link reaches its load generation. */
+#define LAB_DEFAULT_LINK_RAMP_MS 250.0
+/* How long a GPU stays under load (P0, link up) after its last copy. */
+#define LAB_BUSY_HOLD_SECONDS 1.0
 
 /* Remote end of an NVLink group: a GPU index, or this value for an NVSwitch. */
 #define LAB_NVLINK_TO_NVSWITCH (-1)
@@ -48,6 +58,7 @@ typedef struct {
     int numa_node; /* -1 when the kernel has no NUMA information */
     char cpu_list[LAB_TEXT_LEN * 4];
     int max_gen_gpu, max_width_gpu, max_gen, max_width, width, gen_load, gen_idle;
+    double link_ramp_s; /* sustained load before gen_idle rises to gen_load */
     double h2d_gbytes_per_s, d2h_gbytes_per_s, host_latency_ns;
     int nvlink_group_count;
     lab_nvlink_group_t nvlinks[LAB_MAX_NVLINK_GROUPS];
@@ -93,8 +104,13 @@ int lab_persistence_set(int index, int enabled);
 
 /* Whether busy/<i> holds an epoch time still in the future. */
 int lab_gpu_is_busy(int index);
-/* Writes busy/<i> = max(current value, now + seconds). Errors are ignored. */
-void lab_gpu_mark_busy(int index, double seconds);
+/* The link generation GPU index shows now: gen_load once the load has lasted its
+ * ramp time, else gen_idle. */
+int lab_gpu_link_gen(const lab_state_t *state, int index);
+/* Records a copy of `seconds` starting now on GPU index in busy/<i> (a new stretch
+ * when the GPU was idle; under load until at least LAB_BUSY_HOLD_SECONDS after the
+ * copy ends). Errors are ignored. */
+void lab_gpu_mark_load(int index, double seconds);
 
 /* Parses "0000:41:00.0" or "00000000:41:00.0". Returns 0 or -1. */
 int lab_parse_bdf(const char *text, unsigned *domain, unsigned *bus, unsigned *device,

@@ -7,7 +7,9 @@
  *   nvmlShutdown balances nvmlInit.
  * - Handles of a GPU the state marks lost are refused with NVML_ERROR_GPU_IS_LOST.
  * - Current link generation and performance state follow busy/<i> (written by
- *   libcuda while copies run): idle gen_idle and P8, under load gen_load and P0.
+ *   libcuda while copies run): idle gen_idle and P8, under load P0; the link reaches
+ *   gen_load only after link.ramp_ms of sustained copies and drops back to gen_idle
+ *   when the GPU goes idle (labstate.h).
  * - Persistence mode lives in persistence/<i>, shared with nvidia-smi and
  *   nvidia-persistenced; setting it needs root.
  * - Memory: 1 MiB used (the driver's own), reserved 0, like nvidia-smi shows.
@@ -551,7 +553,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, uns
     if (!gen) {
         return NVML_ERROR_INVALID_ARGUMENT;
     }
-    *gen = (unsigned int)(lab_gpu_is_busy(device->index) ? gpu->gen_load : gpu->gen_idle);
+    *gen = (unsigned int)lab_gpu_link_gen(&state, device->index);
     return NVML_SUCCESS;
 }
 
@@ -582,7 +584,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetPcieSpeed(nvmlDevice_t device, unsigned int *sp
     if (!speed_mbps) {
         return NVML_ERROR_INVALID_ARGUMENT;
     }
-    int gen = lab_gpu_is_busy(device->index) ? gpu->gen_load : gpu->gen_idle;
+    int gen = lab_gpu_link_gen(&state, device->index);
     *speed_mbps = (gen >= 1 && gen <= 6) ? per_lane_mbps[gen] : 0;
     return NVML_SUCCESS;
 }

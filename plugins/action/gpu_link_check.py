@@ -13,7 +13,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
-from lingbot_fleet.linkcheck import FAIL_ON_CHOICES, judge_links
+from lingbot_fleet.linkcheck import FAIL_ON_CHOICES, MIN_LOAD_S, judge_links
 from lingbot_fleet.rollout import plain_data as plain
 
 ARGUMENT_SPEC = {
@@ -24,6 +24,8 @@ ARGUMENT_SPEC = {
     "expected_link_default": {"type": "dict", "default": {}},
     "chipset_bridge_ids": {"type": "list", "elements": "str", "default": []},
     "numa_node_count": {"type": "int", "default": 0},
+    "load_min_s": {"type": "float", "default": MIN_LOAD_S},
+    "probe_max_age_s": {"type": "float", "default": 3600.0},
     "fail_on": {"type": "str", "choices": list(FAIL_ON_CHOICES), "default": "error"},
 }
 
@@ -45,6 +47,7 @@ class ActionModule(ActionBase):
                 load=params["load"],
                 probe=params["probe"],
                 fail_on=params["fail_on"],
+                probe_max_age_s=params["probe_max_age_s"],
             )
         except ValueError as error:
             raise AnsibleActionFail(str(error)) from error

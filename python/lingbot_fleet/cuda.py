@@ -5,18 +5,25 @@ contexts, device and pinned host memory, synchronous and asynchronous copies (ho
 device, device to host, peer to peer), memset, streams and events for timing. Every
 failing call raises CudaError naming the call, the CUresult name and the driver's
 description. Stdlib only.
+
+Ordering follows the driver's rules: memsets on device memory are asynchronous with
+respect to the host (cuMemsetD8_v2 is queued on the legacy default stream, like
+cuMemsetD8Async on a stream), and the streams made here are non-blocking, so nothing
+orders them with the default stream: wait on the stream (or an event) before work that
+must see the memset's bytes.
 """
 
 from __future__ import annotations
 
 import ctypes
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 CUDA_LIBRARY = "libcuda.so.1"
 CUDA_SUCCESS = 0
+CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704
 PCI_BUS_ID_LENGTH = 32
 CU_EVENT_DEFAULT = 0
 CU_STREAM_NON_BLOCKING = 1
@@ -85,6 +92,7 @@ _SIGNATURES: dict[tuple[str, ...], list[type]] = {
         CUstream,
     ],
     ("cuMemsetD8_v2",): [CUdeviceptr, ctypes.c_ubyte, ctypes.c_size_t],
+    ("cuMemsetD8Async",): [CUdeviceptr, ctypes.c_ubyte, ctypes.c_size_t, CUstream],
     ("cuStreamCreate",): [ctypes.POINTER(CUstream), ctypes.c_uint],
     ("cuStreamDestroy_v2", "cuStreamDestroy"): [CUstream],
     ("cuStreamSynchronize",): [CUstream],
@@ -218,9 +226,20 @@ class CudaDriver:
             self.set_current(context)
             yield context
 
-    def enable_peer_access(self, peer_context: int) -> None:
-        """Let the current context map memory of `peer_context`'s device."""
-        self._check("cuCtxEnablePeerAccess", CUcontext(peer_context), 0)
+    def enable_peer_access(self, peer_context: int) -> bool:
+        """Let the current context map memory of `peer_context`'s device.
+
+        True when this call enabled it; False when it was on already
+        (CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: another user of this process enabled it,
+        and that user's access must stay).
+        """
+        code = self._calls["cuCtxEnablePeerAccess"](CUcontext(peer_context), 0)
+        if code == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED:
+            return False
+        if code != CUDA_SUCCESS:
+            name, text = self._error_text(code)
+            raise CudaError("cuCtxEnablePeerAccess", code, name, text)
+        return True
 
     def disable_peer_access(self, peer_context: int) -> None:
         self._check("cuCtxDisablePeerAccess", CUcontext(peer_context))
@@ -318,7 +337,12 @@ class CudaDriver:
         )
 
     def memset_d8(self, device_pointer: int, value: int, count: int) -> None:
+        """Queued on the current context's legacy default stream; returns before the bytes
+        land (synchronize_stream(0) waits for them)."""
         self._check("cuMemsetD8_v2", CUdeviceptr(device_pointer), value, count)
+
+    def memset_d8_async(self, device_pointer: int, value: int, count: int, stream: int) -> None:
+        self._check("cuMemsetD8Async", CUdeviceptr(device_pointer), value, count, CUstream(stream))
 
     # ---- streams and events ------------------------------------------------------------
 
@@ -338,7 +362,8 @@ class CudaDriver:
             yield stream
 
     def synchronize_stream(self, stream: int) -> None:
-        self._check("cuStreamSynchronize", CUstream(stream))
+        """Wait for the work queued on `stream` (0: the current context's default stream)."""
+        self._check("cuStreamSynchronize", CUstream(stream or None))
 
     def stream_wait_event(self, stream: int, event: int) -> None:
         """Work queued on `stream` after this waits for `event`."""
@@ -385,9 +410,14 @@ class CopyResult:
 
 
 def host_to_device_load(
-    driver: CudaDriver, ordinal: int, size_bytes: int, duration_s: float
+    driver: CudaDriver,
+    ordinal: int,
+    size_bytes: int,
+    duration_s: float,
+    stop: Callable[[], bool] | None = None,
 ) -> CopyResult:
-    """Copy pinned host memory to the device, back to back, for about `duration_s`."""
+    """Copy pinned host memory to the device, back to back, for about `duration_s`; with
+    `stop`, until stop() is true (`duration_s` is then the longest the load lasts)."""
     device = driver.device(ordinal)
     bus_id = driver.pci_bus_id(device)
     copies = 0
@@ -400,7 +430,7 @@ def host_to_device_load(
     ):
         deadline_s = time.monotonic() + duration_s
         driver.record(start)
-        while copies == 0 or time.monotonic() < deadline_s:
+        while copies == 0 or (time.monotonic() < deadline_s and not (stop and stop())):
             driver.copy_host_to_device(device_pointer, host_pointer, size_bytes)
             copies += 1
         driver.record(end)

@@ -6,25 +6,35 @@ Rules:
 - Width is judged at rest: the negotiated width against the expected width (per GPU model,
   default the GPU's own maximum).
 - Generation: a GPU idling at a low generation is never a finding. A slot that cannot
-  negotiate the expected generation is (`basis: negotiable_max`). Under load (a short
-  host-to-device copy while NVML is sampled) a generation below the expected one is
-  (`basis: under_load`); when the GPU stays in a low-power state throughout the sample
-  the result is indeterminate (info), not a failure.
+  negotiate the expected generation is (`basis: negotiable_max`). Under load, a
+  generation below the expected one is (`basis: under_load`), judged on a reading taken
+  by DCGM's rule (facts.load.LinkReading): after at least `min_load_s` of sustained
+  copies, with the GPU in P0 before and after the reading. A reading that misses the rule
+  (too short a load, a low-power state at either end, a failed read) leaves the
+  generation indeterminate (info), not failed. A probe's readings are used when they
+  were taken that way, and by gpu_checks only while the probe is fresh.
 - Chipset-attached: see `chipset_evidence`.
 - NUMA: numa_node -1 on a machine with more than one NUMA node.
 """
 
 from __future__ import annotations
 
-import re
 import shlex
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 from .facts.schema import schema_problems
 from .findings import Finding, at_or_above, count_by_severity
 
+# CUDA errors after which a GPU's context is dead (probe.STICKY_ERRORS).
+STICKY_CUDA_ERRORS = (
+    "CUDA_ERROR_LAUNCH_FAILED",
+    "CUDA_ERROR_ILLEGAL_ADDRESS",
+    "CUDA_ERROR_DEVICE_UNAVAILABLE",
+)
 # Vendor and device ids of bridges inside desktop chipsets (AMD Promontory and X570,
 # Intel 600/700-series PCH root ports); policy can add more ("vvvv:dddd").
 KNOWN_CHIPSET_BRIDGE_RANGES: tuple[tuple[int, int, int], ...] = (
@@ -34,8 +44,12 @@ KNOWN_CHIPSET_BRIDGE_RANGES: tuple[tuple[int, int, int], ...] = (
 )
 # A link above the GPU's own slot narrower than this is a chipset uplink, not a CPU port.
 UPLINK_MIN_WIDTH = 8
-# Performance states P0..P4 mean the GPU is working; P5 and above are low-power states.
-ACTIVE_PSTATE_MAX = 4
+# The performance state a reading must see before and after it (DCGM's rule).
+LOAD_PSTATE = "P0"
+# Sustained copies a link needs before its reading counts (real links idle at Gen1 and take
+# a while to retrain).
+MIN_LOAD_S = 0.5
+PROBE_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
 @dataclass(frozen=True)
@@ -50,6 +64,7 @@ class LinkPolicy:
     default: LinkExpectation = field(default_factory=LinkExpectation)
     chipset_bridge_ids: Sequence[str] = ()
     numa_node_count: int = 0  # 0: take it from the facts
+    min_load_s: float = MIN_LOAD_S  # sustained load before a link reading counts
 
     @classmethod
     def from_vars(cls, data: Mapping[str, Any]) -> LinkPolicy:
@@ -67,6 +82,7 @@ class LinkPolicy:
             default=expectation(data.get("expected_link_default")),
             chipset_bridge_ids=tuple(data.get("chipset_bridge_ids") or ()),
             numa_node_count=int(data.get("numa_node_count") or 0),
+            min_load_s=float(data.get("load_min_s") or MIN_LOAD_S),
         )
 
     def expected(self, gpu: Mapping[str, Any]) -> tuple[int | None, int | None]:
@@ -128,27 +144,44 @@ def chipset_evidence(gpu: Mapping[str, Any], extra_ids: Iterable[str] = ()) -> l
     return reasons
 
 
-def _pstate_number(pstate: str | None) -> int | None:
-    match = re.fullmatch(r"P(\d+)", pstate or "")
-    return int(match.group(1)) if match else None
+def reading_problem(reading: Mapping[str, Any], min_load_s: float) -> str | None:
+    """Why a link reading under load does not count (None: it does)."""
+    load_s = reading.get("load_s")
+    if reading.get("error"):
+        return f"the reading failed: {reading['error']}"
+    if reading.get("gen") is None:
+        return "the reading has no link generation"
+    if load_s is None:
+        return "the reading does not say how long the load had lasted"
+    if load_s < min_load_s:
+        return (
+            f"the copies had run {load_s:g} s when it was read, less than the "
+            f"{min_load_s:g} s a link needs to train up"
+        )
+    ends = (reading.get("pstate_before"), reading.get("performance_state"))
+    ends += (reading.get("pstate_after"),)
+    if any(pstate != LOAD_PSTATE for pstate in ends):
+        before, during, after = (pstate or "unknown" for pstate in ends)
+        return (
+            f"the GPU was not in {LOAD_PSTATE} throughout the reading (before {before}, "
+            f"during {during}, after {after})"
+        )
+    return None
 
 
-def _is_active(pstate: str | None) -> bool:
-    number = _pstate_number(pstate)
-    return number is not None and number <= ACTIVE_PSTATE_MAX
-
-
-def load_summary(sample: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """From one GPU's under-load sample: whether it worked, the best generation seen."""
+def load_summary(sample: Mapping[str, Any] | None, min_load_s: float) -> dict[str, Any] | None:
+    """From one GPU's load sample: its reading, and whether the reading counts."""
     if not sample or not sample.get("possible"):
         return None
-    active = [s for s in sample.get("samples", []) if _is_active(s.get("pstate"))]
-    gens = [s["gen"] for s in active if s.get("gen") is not None]
+    reading = dict(sample.get("reading") or {})
+    problem = reading_problem(reading, min_load_s)
     return {
-        "active_samples": len(active),
-        "samples": len(sample.get("samples", [])),
-        "max_gen_under_load": max(gens) if gens else None,
-        "pstates_seen": sorted({s.get("pstate") for s in sample.get("samples", [])} - {None}),
+        "reading": reading,
+        "counts": problem is None,
+        "problem": problem,
+        "min_load_s": min_load_s,
+        "gen_under_load": reading.get("gen") if problem is None else None,
+        "source": sample.get("source", "load sample"),
     }
 
 
@@ -199,7 +232,7 @@ def generation_findings(
     if expected_gen is None:
         return []
     negotiable = pcie.get("max_gen")
-    summary = load_summary(sample)
+    summary = load_summary(sample, policy.min_load_s)
     evidence: dict[str, Any] = {
         "current_gen_at_rest": pcie.get("current_gen"),
         "max_gen": negotiable,
@@ -229,7 +262,7 @@ def generation_findings(
         ]
     if summary is None:
         return []
-    under_load = summary["max_gen_under_load"]
+    under_load = summary["gen_under_load"]
     if under_load is None:
         return [
             Finding(
@@ -237,12 +270,14 @@ def generation_findings(
                 severity="info",
                 subject=gpu["bus_id"],
                 message=(
-                    f"{label} stayed in a low-power state during the load sample "
-                    f"({', '.join(summary['pstates_seen']) or 'no samples'}); its link "
-                    "generation under load is unknown"
+                    f"{label}: its link generation under load is unknown: {summary['problem']}"
                 ),
                 evidence={**evidence, "basis": "under_load"},
-                fix="run the check again while nothing holds the GPU in a low-power state",
+                fix=(
+                    "run the check again (gpu_checks_load_duration_s of at least "
+                    f"{summary['min_load_s']:g} s) while nothing holds the GPU in a "
+                    "low-power state"
+                ),
             )
         ]
     if under_load < expected_gen:
@@ -451,29 +486,118 @@ def acs_redirect_findings(facts: Mapping[str, Any]) -> list[Finding]:
     return findings
 
 
-def load_from_probe(probe: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The probe's per-GPU link reading under load, in gpu_link_load's shape."""
+def probe_age_s(probe: Mapping[str, Any], now_s: float) -> float | None:
+    """Seconds since the probe was taken (None: no readable timestamp)."""
+    try:
+        taken = datetime.strptime(str(probe.get("timestamp")), PROBE_TIME_FORMAT)
+    except ValueError:
+        return None
+    return now_s - taken.replace(tzinfo=timezone.utc).timestamp()
+
+
+def load_from_probe(
+    probe: Mapping[str, Any] | None,
+    *,
+    max_age_s: float | None = None,
+    now_s: float | None = None,
+) -> dict[str, Any] | None:
+    """The probe's per-GPU link readings under load, in gpu_link_load's shape.
+
+    With `max_age_s`, None when the probe is older than that (or its age is unknown): a
+    stale reading says nothing about the link now.
+    """
     if not probe:
         return None
+    if max_age_s is not None:
+        age_s = probe_age_s(probe, time.time() if now_s is None else now_s)
+        if age_s is None or age_s > max_age_s:
+            return None
     gpus = []
     for gpu in probe.get("gpus") or []:
         reading = gpu.get("link_under_load")
-        if not reading or gpu.get("error"):
+        if not reading or gpu.get("error") or gpu.get("skipped"):
             continue
         gpus.append(
             {
                 "bus_id": gpu.get("bus_id"),
                 "possible": True,
-                "samples": [
-                    {
-                        "gen": reading.get("gen"),
-                        "width": reading.get("width"),
-                        "pstate": reading.get("performance_state"),
-                    }
-                ],
+                "reading": dict(reading),
+                "source": f"probe of {probe.get('timestamp')}",
             }
         )
     return {"possible": bool(gpus), "gpus": gpus}
+
+
+def probe_readings_problem(
+    probe: Mapping[str, Any] | None,
+    facts: Mapping[str, Any],
+    *,
+    max_age_s: float,
+    min_load_s: float,
+    now_s: float | None = None,
+) -> str | None:
+    """Why the probe's link readings cannot stand in for a load sample (None: they can):
+    no probe, older than `max_age_s`, or a GPU without a reading that counts."""
+    if not probe:
+        return "there is no probe result"
+    age_s = probe_age_s(probe, time.time() if now_s is None else now_s)
+    if age_s is None or age_s > max_age_s:
+        age = "of unknown age" if age_s is None else f"{age_s:.0f} s old"
+        return f"the probe of {probe.get('timestamp')} is {age} (max {max_age_s:g} s)"
+    readings = {
+        sample["bus_id"]: sample for sample in (load_from_probe(probe) or {}).get("gpus", [])
+    }
+    for gpu in facts.get("gpus") or []:
+        if gpu.get("lost"):
+            continue
+        sample = readings.get(gpu.get("bus_id"))
+        if sample is None:
+            return f"the probe has no link reading of GPU {gpu.get('index')}"
+        problem = reading_problem(sample["reading"], min_load_s)
+        if problem is not None:
+            return f"the probe's reading of GPU {gpu.get('index')} does not count: {problem}"
+    return None
+
+
+def _sticky(error: str) -> bool:
+    return any(name in error for name in STICKY_CUDA_ERRORS)
+
+
+def probe_gpu_findings(
+    probe: Mapping[str, Any] | None, facts: Mapping[str, Any] | None = None
+) -> list[Finding]:
+    """A GPU the probe could not use through the CUDA driver (entry `error`): error, or
+    critical when its context died (it stopped working); the subject is its bus id, so
+    the planner leaves it out. GPUs the facts already report lost (GPU_LOST) are left to
+    that finding."""
+    if not probe:
+        return []
+    lost = {gpu.get("bus_id") for gpu in (facts or {}).get("gpus") or [] if gpu.get("lost")}
+    findings = []
+    for gpu in probe.get("gpus") or []:
+        error = gpu.get("error")
+        if not error or gpu.get("bus_id") in lost:
+            continue
+        sticky = _sticky(str(error))
+        findings.append(
+            Finding(
+                code="PROBE_GPU_FAILED",
+                severity="critical" if sticky else "error",
+                subject=gpu.get("bus_id") or f"GPU {gpu.get('index')}",
+                message=(
+                    f"GPU {gpu.get('index')} ({gpu.get('bus_id')}) could not be used through "
+                    f"the CUDA driver during the probe of {probe.get('timestamp')}"
+                ),
+                evidence={"error": error, "uuid": gpu.get("uuid")},
+                fix=(
+                    "check the kernel log for Xid errors and nvidia-smi; reset or replace "
+                    "the GPU, then probe again"
+                    if sticky
+                    else "follow the error's meaning, then probe again"
+                ),
+            )
+        )
+    return findings
 
 
 FAIL_ON_CHOICES = ("info", "warning", "error", "critical", "never")
@@ -486,20 +610,26 @@ def judge_links(
     load: Mapping[str, Any] | None = None,
     probe: Mapping[str, Any] | None = None,
     fail_on: str = "error",
+    probe_max_age_s: float | None = None,
+    now_s: float | None = None,
 ) -> tuple[dict[str, Any], str | None]:
     """The gpu_checks result for one node, and the failure message when it must fail.
 
     One function for the role's module (on the node) and its action plugin (on the
     controller): the facts document, the policy (``expected_links``,
-    ``expected_link_default``, ``chipset_bridge_ids``, ``numa_node_count``), a load sample or
-    the probe's under-load reading, and the severity at which the node fails.
+    ``expected_link_default``, ``chipset_bridge_ids``, ``numa_node_count``,
+    ``load_min_s``), a load sample or else the probe's readings under load (only while
+    the probe is younger than `probe_max_age_s`, when given), and the severity at which
+    the node fails. GPUs the probe could not use are findings too (probe_gpu_findings).
     """
     if fail_on not in FAIL_ON_CHOICES:
         raise ValueError(f"fail_on is {fail_on!r}; use one of {', '.join(FAIL_ON_CHOICES)}")
     problems = schema_problems(facts)
     if problems:
         raise ValueError(f"facts are not a lingbot_gpu document: {'; '.join(problems)}")
-    findings = check_links(facts, LinkPolicy.from_vars(policy_vars), load or load_from_probe(probe))
+    readings = load or load_from_probe(probe, max_age_s=probe_max_age_s, now_s=now_s)
+    findings = check_links(facts, LinkPolicy.from_vars(policy_vars), readings)
+    findings += probe_gpu_findings(probe, facts)
     result = {
         "changed": False,
         "findings": [finding.to_dict() for finding in findings],

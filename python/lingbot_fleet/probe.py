@@ -1,12 +1,14 @@
 """The P2P probe: measured GPU paths through the driver's libcuda.so.1 (docs/probe.md).
 
-Per GPU: pinned host-to-device and device-to-host bandwidth, with the probing thread
-bound to the GPU's local CPUs, while the link generation, width and performance state
-are sampled (facts.load's samplers). Per ordered GPU pair: unidirectional and
-bidirectional bandwidth and small-copy latency with peer access disabled (the driver
-stages the copy through pinned host memory) and enabled, plus a data check. Every figure
-is timed with CUDA events and is the median of its samples. A GPU or pair that fails is
-reported in its entry's `error`; the rest of the probe goes on. Stdlib only (runs on
+Per GPU: the link read under sustained host-to-device copies (facts.load.LinkReading),
+then pinned host-to-device and device-to-host bandwidth, with the probing thread bound
+to the GPU's local CPUs. Per ordered GPU pair: unidirectional and bidirectional bandwidth
+and small-copy latency with peer access disabled (the driver stages the copy through
+pinned host memory) and enabled, plus a data check. Figures follow nvbandwidth's method:
+large buffers, warm-up copies, then timed samples (each a run of copies between two CUDA
+events); the figure is the median of the samples. A GPU or pair that fails is reported in
+its entry's `error`; the rest of the probe goes on. GPUs can be left out on purpose (a
+`skipped` reason, e.g. GPUs that serve LingBot in check mode). Stdlib only (runs on
 nodes); NVML is optional.
 """
 
@@ -19,14 +21,14 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from .cuda import CudaDriver, CudaError
-from .facts.load import Sample, Sampler, nvml_sampler, sample_during, smi_sampler
+from .facts.load import LinkReading, Sampler, nvml_sampler, smi_sampler
 from .facts.nvml import NvmlUnavailableError, load_pynvml
 
 PROBE_SCHEMA_VERSION = 1
@@ -56,8 +58,6 @@ CUDA_ERROR_MEANINGS: dict[str, str] = {
     "buffers; lower size_mib or stop what uses the GPU",
     "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED": "the driver refuses peer access between these GPUs "
     "(topology, IOMMU or platform)",
-    "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED": "another user of this process enabled peer access "
-    "already",
     "CUDA_ERROR_INVALID_DEVICE": "the driver does not know this device ordinal",
     "CUDA_ERROR_INVALID_VALUE": "the driver rejected an argument (a probe bug or a driver too old "
     "for the call)",
@@ -82,14 +82,23 @@ def describe_cuda_error(subject: str, error: CudaError) -> str:
 
 @dataclass(frozen=True)
 class ProbeParameters:
-    size_bytes: int = 64 * MIB
-    repetitions: int = 5
+    """How the probe measures (docs/probe.md "Parameters").
+
+    nvbandwidth measures with 512 MiB buffers, 4 warm-up copies and 3 samples of 16 copies
+    each, and reports the median sample. The defaults keep that shape at a size that
+    measures 8 GPUs (56 ordered pairs, both peer access modes) within the time budget.
+    """
+
+    size_bytes: int = 256 * MIB
+    repetitions: int = 3  # timed samples per figure; the figure is their median
+    copies_per_sample: int = 1  # copies between a sample's two events
+    warmup_copies: int = 1  # untimed copies before a figure's samples
     latency_size_bytes: int = 4
     latency_repetitions: int = 50
     time_budget_s: float = 45.0
     pairs: tuple[tuple[int, int], ...] | None = None  # None: every ordered pair
     data_check_bytes: int = MIB
-    sample_interval_s: float = 0.01
+    link_load_s: float = 0.5  # sustained host-to-device copies before the link reading
 
     def problems(self) -> list[str]:
         """What is wrong with these parameters (empty when they can be used)."""
@@ -98,14 +107,19 @@ class ProbeParameters:
             for name, value in (
                 ("size_bytes", self.size_bytes),
                 ("repetitions", self.repetitions),
+                ("copies_per_sample", self.copies_per_sample),
                 ("latency_size_bytes", self.latency_size_bytes),
                 ("latency_repetitions", self.latency_repetitions),
                 ("data_check_bytes", self.data_check_bytes),
             )
             if value < 1
         ]
+        if self.warmup_copies < 0:
+            problems.append(f"warmup_copies must be at least 0, not {self.warmup_copies}")
         if self.time_budget_s <= 0:
             problems.append(f"time_budget_s must be greater than 0, not {self.time_budget_s}")
+        if self.link_load_s < 0:
+            problems.append(f"link_load_s must be at least 0, not {self.link_load_s}")
         problems += [
             f"pair {src}->{dst}: a pair needs two different GPUs"
             for src, dst in self.pairs or ()
@@ -117,11 +131,34 @@ class ProbeParameters:
         return {
             "size_bytes": self.size_bytes,
             "repetitions": self.repetitions,
+            "copies_per_sample": self.copies_per_sample,
+            "warmup_copies": self.warmup_copies,
             "latency_size_bytes": self.latency_size_bytes,
             "latency_repetitions": self.latency_repetitions,
             "time_budget_s": self.time_budget_s,
+            "link_load_s": self.link_load_s,
             "pairs": "all" if self.pairs is None else [list(pair) for pair in self.pairs],
         }
+
+
+# The parameters that shape a figure: two probes compare like with like when they agree.
+FIGURE_PARAMETERS = (
+    "size_bytes",
+    "repetitions",
+    "copies_per_sample",
+    "warmup_copies",
+    "latency_size_bytes",
+    "latency_repetitions",
+)
+
+
+def figure_parameters(probe: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A probe document's FIGURE_PARAMETERS (a key it predates: None); None without a
+    parameters block."""
+    parameters = (probe or {}).get("parameters")
+    if not isinstance(parameters, Mapping):
+        return None
+    return {name: parameters.get(name) for name in FIGURE_PARAMETERS}
 
 
 def parse_pairs(pairs: Any) -> tuple[tuple[int, int], ...] | None:
@@ -213,15 +250,6 @@ def start_link_sampler(
     return None, lambda: None, f"{note}; the link is not sampled"
 
 
-def best_load_sample(samples: Sequence[Sample]) -> dict[str, Any] | None:
-    """The reading that shows the most load: highest generation, P0 first; None if none."""
-    readings = [sample for sample in samples if "gen" in sample]
-    if not readings:
-        return None
-    best = max(readings, key=lambda s: (s["gen"], s.get("pstate") == "P0", s.get("width", 0)))
-    return {"gen": best["gen"], "width": best.get("width"), "performance_state": best.get("pstate")}
-
-
 # ---- timing --------------------------------------------------------------------------
 
 
@@ -238,18 +266,24 @@ class _Timer:
     start: int
     end: int
 
-    def time_ms(self, issue: Callable[[], None]) -> float:
+    def time_ms(self, issue: Callable[[], None], copies: int = 1) -> float:
+        """Wall time on the stream of `copies` issues in a row, per issue."""
         self.driver.record(self.start, self.stream)
-        issue()
+        for _ in range(copies):
+            issue()
         self.driver.record(self.end, self.stream)
         self.driver.synchronize(self.end)
-        return self.driver.elapsed_ms(self.start, self.end)
+        return self.driver.elapsed_ms(self.start, self.end) / copies
 
-    def median_ms(self, issue: Callable[[], None], repetitions: int) -> float:
-        """Median of `repetitions` timed runs after one untimed warm-up."""
-        issue()
+    def median_ms(
+        self, issue: Callable[[], None], samples: int, copies: int = 1, warmup: int = 1
+    ) -> float:
+        """Median per-issue time of `samples` timed runs of `copies` issues, after
+        `warmup` untimed issues."""
+        for _ in range(warmup):
+            issue()
         self.driver.synchronize_stream(self.stream)
-        return statistics.median(self.time_ms(issue) for _ in range(repetitions))
+        return statistics.median(self.time_ms(issue, copies) for _ in range(samples))
 
 
 def _quietly(call: Callable[..., None], *args: object) -> None:
@@ -277,6 +311,7 @@ class _Gpu:
     landing_pointer: int = 0  # device buffer copies write to
     check_pointer: int = 0  # pinned host buffer for the data check
     error: str | None = None
+    skipped: str | None = None  # why the GPU is left out on purpose
     entry: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -299,6 +334,7 @@ class _Gpu:
             "d2h_gbytes_per_s": None,
             "link_under_load": None,
             "error": self.error,
+            "skipped": self.skipped,
         }
 
 
@@ -351,7 +387,8 @@ def _open_gpu(driver: CudaDriver, gpu: _Gpu, parameters: ProbeParameters, stack:
 def _measure_host_copies(
     driver: CudaDriver, gpu: _Gpu, parameters: ProbeParameters, sampler: Sampler | None
 ) -> None:
-    """h2d and d2h bandwidth from pinned memory local to the GPU, sampling the link."""
+    """The link under sustained load, then h2d and d2h bandwidth from pinned memory local
+    to the GPU (the load doubles as the figures' warm-up)."""
     with bound_to_cpus(gpu.local_cpulist) as bound_cpus, contextlib.ExitStack() as stack:
         gpu.entry["numa_binding"] = {"local_cpus": gpu.local_cpulist, "bound_cpus": bound_cpus}
         driver.set_current(gpu.context)
@@ -365,36 +402,28 @@ def _measure_host_copies(
         def to_device() -> None:
             driver.copy_host_to_device_async(gpu.landing_pointer, host, size, timer.stream)
 
-        def h2d_with_reading() -> tuple[float, Sample | None]:
-            elapsed_ms = timer.median_ms(to_device, parameters.repetitions)
-            # One more copy, read while it is in flight: the link is under load.
-            to_device()
-            reading = _read_link(sampler, gpu.bus_id)
-            driver.synchronize_stream(timer.stream)
-            return elapsed_ms, reading
-
-        if sampler is not None and gpu.bus_id:
-            (h2d_ms, reading), samples = sample_during(
-                sampler, gpu.bus_id, parameters.sample_interval_s, h2d_with_reading
-            )
-        else:
-            (h2d_ms, reading), samples = h2d_with_reading(), []
+        if sampler is not None and gpu.bus_id and parameters.link_load_s > 0:
+            with LinkReading(sampler, gpu.bus_id, parameters.link_load_s) as reading:
+                while True:
+                    to_device()
+                    driver.synchronize_stream(timer.stream)
+                    if reading.done():
+                        break
+            gpu.entry["link_under_load"] = reading.result
+        h2d_ms = timer.median_ms(
+            to_device,
+            parameters.repetitions,
+            parameters.copies_per_sample,
+            parameters.warmup_copies,
+        )
         d2h_ms = timer.median_ms(
             lambda: driver.copy_device_to_host_async(host, gpu.source_pointer, size, timer.stream),
             parameters.repetitions,
+            parameters.copies_per_sample,
+            parameters.warmup_copies,
         )
     gpu.entry["h2d_gbytes_per_s"] = gbytes_per_s(size, h2d_ms)
     gpu.entry["d2h_gbytes_per_s"] = gbytes_per_s(size, d2h_ms)
-    gpu.entry["link_under_load"] = best_load_sample([*samples, *([reading] if reading else [])])
-
-
-def _read_link(sampler: Sampler | None, bus_id: str | None) -> Sample | None:
-    if sampler is None or not bus_id:
-        return None
-    try:
-        return sampler(bus_id)
-    except Exception:  # a failed reading leaves the figure to the sampler thread's readings
-        return None
 
 
 def _timer(driver: CudaDriver, stack: Any) -> _Timer:
@@ -440,42 +469,52 @@ class _PairRun:
             stream=stream,
         )
 
-    def unidirectional_ms(self, size_bytes: int, repetitions: int) -> float:
+    def unidirectional_ms(self, size_bytes: int, samples: int, copies: int, warmup: int) -> float:
         return self.forward.median_ms(
-            lambda: self.copy(self.src, self.dst, size_bytes, self.forward.stream), repetitions
+            lambda: self.copy(self.src, self.dst, size_bytes, self.forward.stream),
+            samples,
+            copies,
+            warmup,
         )
 
     def bidirectional_ms(self) -> float:
         """Both directions started together on two streams; the later end counts."""
-        driver, size = self.driver, self.parameters.size_bytes
-        samples = []
-        for _ in range(self.parameters.repetitions + 1):  # the first is a warm-up
-            driver.record(self.forward.start, self.forward.stream)
-            driver.stream_wait_event(self.backward_stream, self.forward.start)
+        driver, parameters = self.driver, self.parameters
+        size, copies = parameters.size_bytes, parameters.copies_per_sample
+        for _ in range(parameters.warmup_copies):
             self.copy(self.src, self.dst, size, self.forward.stream)
             self.copy(self.dst, self.src, size, self.backward_stream)
+        driver.synchronize_stream(self.forward.stream)
+        driver.synchronize_stream(self.backward_stream)
+        samples = []
+        for _ in range(parameters.repetitions):
+            driver.record(self.forward.start, self.forward.stream)
+            driver.stream_wait_event(self.backward_stream, self.forward.start)
+            for _ in range(copies):
+                self.copy(self.src, self.dst, size, self.forward.stream)
+                self.copy(self.dst, self.src, size, self.backward_stream)
             driver.record(self.forward.end, self.forward.stream)
             driver.record(self.backward_end, self.backward_stream)
             driver.synchronize(self.forward.end)
             driver.synchronize(self.backward_end)
-            samples.append(
-                max(
-                    driver.elapsed_ms(self.forward.start, self.forward.end),
-                    driver.elapsed_ms(self.forward.start, self.backward_end),
-                )
+            slowest_ms = max(
+                driver.elapsed_ms(self.forward.start, self.forward.end),
+                driver.elapsed_ms(self.forward.start, self.backward_end),
             )
-        return statistics.median(samples[1:])
+            samples.append(slowest_ms / copies)
+        return statistics.median(samples)
 
     def figures(self) -> dict[str, Any]:
         parameters = self.parameters
         size = parameters.size_bytes
         latency_ms = self.unidirectional_ms(
-            parameters.latency_size_bytes, parameters.latency_repetitions
+            parameters.latency_size_bytes, parameters.latency_repetitions, 1, 1
+        )
+        bandwidth_ms = self.unidirectional_ms(
+            size, parameters.repetitions, parameters.copies_per_sample, parameters.warmup_copies
         )
         return {
-            "unidirectional_gbytes_per_s": gbytes_per_s(
-                size, self.unidirectional_ms(size, parameters.repetitions)
-            ),
+            "unidirectional_gbytes_per_s": gbytes_per_s(size, bandwidth_ms),
             "bidirectional_gbytes_per_s": gbytes_per_s(2 * size, self.bidirectional_ms()),
             "latency_ns": round(latency_ms * 1e6),
         }
@@ -489,6 +528,9 @@ class _PairRun:
         driver.copy_host_to_device(src.source_pointer, src.check_pointer, size)
         driver.set_current(dst.context)
         driver.memset_d8(dst.landing_pointer, 0, size)
+        # The memset is queued on dst's default stream and the copy goes on a non-blocking
+        # stream of src: nothing orders the two unless the memset is waited for.
+        driver.synchronize_stream(0)
         driver.set_current(src.context)
         self.copy(src, dst, size, self.forward.stream)
         driver.synchronize_stream(self.forward.stream)
@@ -500,12 +542,13 @@ class _PairRun:
 
 @contextlib.contextmanager
 def _peer_access(driver: CudaDriver, src: _Gpu, dst: _Gpu) -> Iterator[None]:
-    """Peer access on in both directions for the block; off again afterwards."""
+    """Peer access on in both directions for the block; afterwards off again where this
+    block turned it on (access someone else in the process enabled stays)."""
     with contextlib.ExitStack() as stack:
         for this, peer in ((src, dst), (dst, src)):
             driver.set_current(this.context)
-            driver.enable_peer_access(peer.context)
-            stack.callback(_disable_peer, driver, this, peer)
+            if driver.enable_peer_access(peer.context):
+                stack.callback(_disable_peer, driver, this, peer)
         driver.set_current(src.context)
         yield
 
@@ -526,7 +569,12 @@ def _measure_pair(
         "p2p_disabled": None,
         "data_check": "skipped",
         "error": None,
+        "skipped": None,
     }
+    left_out = next((gpu for gpu in (src, dst) if gpu.skipped), None)
+    if left_out is not None:
+        entry["skipped"] = f"{left_out.subject} is left out: {left_out.skipped}"
+        return entry
     broken = next((gpu for gpu in (src, dst) if gpu.error), None)
     if broken is not None:
         entry["error"] = (
@@ -596,6 +644,8 @@ def _prepare_gpus(
     stack: Any,
 ) -> None:
     for gpu in gpus:
+        if gpu.skipped:
+            continue
         if gpu.ordinal is None:
             gpu.fail(
                 f"{gpu.subject} ({gpu.uuid}) is not visible to the CUDA driver: lost, or "
@@ -616,8 +666,13 @@ def run_probe(
     cuda_library: str = "libcuda.so.1",
     sampler: Sampler | None = None,
     clock: Callable[[], float] = time.monotonic,
+    skip: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Measure the node's GPU paths; the probe document (docs/probe.md)."""
+    """Measure the node's GPU paths; the probe document (docs/probe.md).
+
+    `skip`: GPUs (by UUID or bus id) to leave out, with the reason: nothing runs on them,
+    and their entries and pairs carry the reason in `skipped`.
+    """
     started_s = clock()
     document: dict[str, Any] = {
         "schema_version": PROBE_SCHEMA_VERSION,
@@ -632,6 +687,7 @@ def run_probe(
     }
     gpus = _gpus_from_facts(facts)
     for gpu in gpus:
+        gpu.skipped = (skip or {}).get(gpu.uuid or "") or (skip or {}).get(gpu.bus_id or "")
         gpu.entry = gpu.document()
     document["gpus"] = [gpu.entry for gpu in gpus]
     if document["errors"]:
@@ -643,7 +699,8 @@ def run_probe(
     except CudaError as error:
         document["errors"].append(describe_cuda_error("the CUDA driver", error))
         for gpu in gpus:
-            gpu.fail(f"{gpu.subject} not measured: the CUDA driver could not be used")
+            if not gpu.skipped:
+                gpu.fail(f"{gpu.subject} not measured: the CUDA driver could not be used")
         return _finish(document, started_s, clock)
     for gpu in gpus:
         gpu.entry["cuda_ordinal"] = gpu.ordinal
@@ -742,14 +799,23 @@ def load_saved_probe(save_dir: str | Path) -> dict[str, Any] | None:
 
 
 def reuse_reason(
-    saved: dict[str, Any] | None, facts: dict[str, Any], max_age_s: float, now_s: float
+    saved: dict[str, Any] | None,
+    facts: dict[str, Any],
+    max_age_s: float,
+    now_s: float,
+    parameters: ProbeParameters | None = None,
 ) -> str | None:
     """Why the saved probe still stands for this node (None: measure again).
 
-    A result is reused while it is younger than max_age_s and was taken on the same GPUs
-    (the UUID set of the facts): probing loads the links, which a serving node feels.
+    A result is reused while it is younger than max_age_s, was taken on the same GPUs
+    (the UUID set of the facts) and, given `parameters`, with the same figure parameters:
+    probing loads the links, which a serving node feels.
     """
     if saved is None or max_age_s <= 0:
+        return None
+    if parameters is not None and figure_parameters(saved) != figure_parameters(
+        {"parameters": parameters.document()}
+    ):
         return None
     try:
         taken_s = datetime.strptime(saved["timestamp"], "%Y-%m-%dT%H:%M:%SZ")
@@ -765,3 +831,61 @@ def reuse_reason(
         f"reused the probe of {saved['timestamp']} ({age_s / 3600:.1f} h old, same GPUs; "
         f"max age {max_age_s / 3600:g} h)"
     )
+
+
+# ---- GPUs that serve LingBot, and probes that left them out --------------------------
+
+
+def serving_gpus(plan: Mapping[str, Any] | None, plan_path: str) -> dict[str, str]:
+    """UUID and bus id -> why, for every GPU of the plan in force (docs/plan.md)."""
+    serving: dict[str, str] = {}
+    for instance in (plan or {}).get("instances") or []:
+        if not isinstance(instance, Mapping):
+            continue
+        why = f"serves LingBot (instance {instance.get('name')} of {plan_path})"
+        for key in (*(instance.get("gpu_uuids") or ()), *(instance.get("bus_ids") or ())):
+            if key:
+                serving[str(key)] = why
+    return serving
+
+
+def read_plan(plan_path: str) -> dict[str, Any] | None:
+    """The plan in force, or None when there is none or it is not a JSON object."""
+    try:
+        plan = json.loads(Path(plan_path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return plan if isinstance(plan, dict) else None
+
+
+def fill_skipped(fresh: dict[str, Any], saved: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`fresh` with the entries it skipped taken from `saved` (taken on the same GPUs),
+    each marked ``from_probe: <saved timestamp>``; `fresh` itself when nothing applies."""
+    skipped_gpus = {gpu["index"] for gpu in fresh.get("gpus") or [] if gpu.get("skipped")}
+    skipped_pairs = {
+        (pair["src"], pair["dst"]) for pair in fresh.get("pairs") or [] if pair.get("skipped")
+    }
+    if not (skipped_gpus or skipped_pairs) or not saved:
+        return fresh
+    same_gpus = sorted(g.get("uuid") or "" for g in saved.get("gpus") or []) == sorted(
+        g.get("uuid") or "" for g in fresh.get("gpus") or []
+    )
+    if not same_gpus:
+        return fresh
+    stamp = {"from_probe": saved.get("timestamp")}
+    saved_gpus = {gpu.get("index"): gpu for gpu in saved.get("gpus") or []}
+    saved_pairs = {(p.get("src"), p.get("dst")): p for p in saved.get("pairs") or []}
+    filled = dict(fresh)
+    filled["gpus"] = [
+        {**saved_gpus[gpu["index"]], **stamp}
+        if gpu["index"] in skipped_gpus and gpu["index"] in saved_gpus
+        else gpu
+        for gpu in fresh.get("gpus") or []
+    ]
+    filled["pairs"] = [
+        {**saved_pairs[key], **stamp}
+        if (key := (pair["src"], pair["dst"])) in skipped_pairs and key in saved_pairs
+        else pair
+        for pair in fresh.get("pairs") or []
+    ]
+    return filled

@@ -30,6 +30,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .probe import figure_parameters
+
 DEFAULT_BATCHES: tuple[int | str, ...] = (1, "5%", "20%", "100%")
 GATES: tuple[str, ...] = (
     "change",
@@ -293,6 +295,8 @@ def _pair_failure(
     """Why the fresh probe's pair fails the plan's use of it (None: it does not)."""
     if measured is None:
         return "was not measured by the fresh probe"
+    if measured.get("skipped"):
+        return None  # left out on purpose (check mode: the GPUs serve LingBot)
     if measured.get("error"):
         return f"could not be measured: {measured['error']}"
     figure = _p2p_gbytes_per_s(measured)
@@ -323,7 +327,7 @@ def probe_paths_gate(
         gpu = gpus.get(index)
         if gpu is None:
             failures.append(GateFailure("probe_paths", f"GPU {index} is missing from the {label}"))
-        elif gpu.get("error"):
+        elif gpu.get("error") and not gpu.get("skipped"):
             failures.append(
                 GateFailure("probe_paths", f"GPU {index} failed on the {label}: {gpu['error']}")
             )
@@ -426,6 +430,15 @@ def _regression_skip_reason(inputs: GateInputs) -> str | None:
             "the previous probe was taken on other GPUs "
             f"({', '.join(_gpu_ids(inputs.previous_probe))}); nothing comparable"
         )
+    before, now = figure_parameters(inputs.previous_probe), figure_parameters(inputs.fresh_probe)
+    if before != now:
+        return (
+            f"the previous probe was measured with other parameters ({before}, now {now}); "
+            "bandwidths of other sizes are not comparable"
+        )
+    entries = [*inputs.fresh_probe.get("gpus", []), *inputs.fresh_probe.get("pairs", [])]
+    if any(entry.get("skipped") for entry in entries):
+        return "the fresh probe left GPUs out (check mode: they serve LingBot)"
     return None
 
 

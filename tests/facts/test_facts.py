@@ -163,3 +163,25 @@ def test_iommu_off_and_noacpi_as_the_kernel_shows_them(
 def test_unknown_nvml_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="nvml='on': use one of auto, off"):
         gather_facts("/", nvml="on")
+
+
+def test_numactl_is_found_on_the_path_under_the_root(tmp_path: Path) -> None:
+    from lingbot_fleet.facts.document import find_program
+
+    sbin = tmp_path / "usr" / "sbin"
+    sbin.mkdir(parents=True)
+    (sbin / "numactl").write_text("#!/bin/sh\n")
+    assert find_program("numactl", tmp_path, path="/usr/bin") is None
+    (sbin / "numactl").chmod(0o755)
+    assert find_program("numactl", tmp_path, path="/usr/bin") == "/usr/sbin/numactl"
+    (tmp_path / "usr" / "bin").mkdir()
+    (tmp_path / "usr" / "bin" / "numactl").write_text("#!/bin/sh\n")
+    (tmp_path / "usr" / "bin" / "numactl").chmod(0o755)
+    assert find_program("numactl", tmp_path, path="/usr/bin") == "/usr/bin/numactl"
+
+
+def test_the_host_section_is_optional_but_checked_when_there(pair_node: LabNode) -> None:
+    facts = gather_facts(pair_node.root, nvml="off", smi_command=SMI_COMMAND)
+    assert set(facts["host"]) == {"numactl_path"}
+    assert schema_problems({key: value for key, value in facts.items() if key != "host"}) == []
+    assert schema_problems({**facts, "host": {}}) == ["host: missing key numactl_path"]

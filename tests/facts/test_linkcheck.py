@@ -27,12 +27,11 @@ def codes(findings: list[Finding]) -> list[tuple[str, str, str]]:
     return [(f.code, f.severity, f.subject) for f in findings]
 
 
-def load_sample(bus_id: str, gen: int, pstate: str) -> dict[str, Any]:
-    return {
-        "bus_id": bus_id,
-        "possible": True,
-        "samples": [{"t_s": 0.0, "gen": gen, "width": 16, "pstate": pstate}],
-    }
+def load_sample(bus_id: str, gen: int, pstate: str, load_s: float = 1.0) -> dict[str, Any]:
+    """gpu_link_load's entry: one reading after `load_s` of copies, `pstate` at both ends."""
+    reading = {"gen": gen, "width": 16, "performance_state": pstate, "load_s": load_s}
+    reading |= {"pstate_before": pstate, "pstate_after": pstate}
+    return {"bus_id": bus_id, "possible": True, "reading": reading}
 
 
 def test_x8_profile_reports_the_narrow_slot(tmp_path: Path, lab_env: Any, lab_pynvml: Any) -> None:
@@ -68,7 +67,7 @@ def test_idle_gen1_profile_has_no_finding_at_rest_or_under_load(
             for g in loaded["gpus"]
         ]
     }
-    assert [s["samples"][0]["gen"] for s in load["gpus"]] == [4, 4]
+    assert [s["reading"]["gen"] for s in load["gpus"]] == [4, 4]
     assert check_links(facts, POLICY, load) == []
 
 
@@ -88,7 +87,7 @@ def test_gen_below_expected_under_load(tmp_path: Path, lab_env: Any, no_pynvml: 
     findings = check_links(facts, POLICY, load)
     assert codes(findings) == [("PCIE_GEN_BELOW_EXPECTED", "error", "0000:42:00.0")]
     assert findings[0].evidence["basis"] == "under_load"
-    assert findings[0].evidence["load"]["max_gen_under_load"] == 2
+    assert findings[0].evidence["load"]["gen_under_load"] == 2
 
 
 def test_model_expectation_overrides_the_gpu_maximum(

@@ -1,11 +1,13 @@
-"""libcuda binding, the link-under-load sample, the role modules through AnsiballZ."""
+"""libcuda binding, the link read under sustained load, the role modules through AnsiballZ."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,7 @@ from facts_support import (
 
 from lingbot_fleet.cuda import CudaDriver, CudaError, host_to_device_load
 from lingbot_fleet.facts import gather_facts
-from lingbot_fleet.facts.load import link_under_load
+from lingbot_fleet.facts.load import LinkReading, link_under_load
 from lingbot_fleet.linkcheck import LinkPolicy, check_links
 
 ANSIBLE = REPO_ROOT / ".venv" / "bin" / "ansible"
@@ -65,19 +67,67 @@ def test_missing_libcuda_is_a_clear_error() -> None:
         CudaDriver("/nonexistent/libcuda.so.1")
 
 
-def test_link_under_load_sees_gen4_and_p0_on_idle_gen1(
+def test_sustained_load_sees_gen4_in_p0_at_both_ends_on_idle_gen1(
     idle_gen1_node: LabNode, lab_pynvml: Any
 ) -> None:
-    load = link_under_load(
-        cuda_library=str(cuda_library()), duration_s=0.2, size_bytes=1 << 20, interval_s=0.02
-    )
+    load = link_under_load(cuda_library=str(cuda_library()), duration_s=0.6, size_bytes=1 << 20)
     assert load["possible"] is True
-    assert load["sampler"] == "nvml"
+    assert (load["sampler"], load["min_load_s"]) == ("nvml", 0.6)
     assert [gpu["bus_id"] for gpu in load["gpus"]] == ["0000:21:00.0", "0000:22:00.0"]
     for gpu in load["gpus"]:
-        assert {s["gen"] for s in gpu["samples"] if s.get("pstate") == "P0"} == {4}
+        reading = gpu["reading"]
+        assert reading["load_s"] >= 0.6
+        assert (reading["gen"], reading["width"]) == (4, 16)
+        assert (reading["pstate_before"], reading["performance_state"]) == ("P0", "P0")
+        assert reading["pstate_after"] == "P0"
+        assert gpu["copies"] > 1
     facts = gather_facts(idle_gen1_node.root)
     assert check_links(facts, LinkPolicy(), load) == []
+
+
+def test_a_short_load_reads_gen1_and_is_not_judged(
+    idle_gen1_node: LabNode, lab_pynvml: Any
+) -> None:
+    """The link of the idle-gen1 profile retrains only after 250 ms of copies: a reading
+    after 20 ms (what the probe's few copies used to give) shows Gen1. The judge does not
+    count it (too short a load) instead of failing a healthy link."""
+    load = link_under_load(cuda_library=str(cuda_library()), duration_s=0.02, size_bytes=1 << 20)
+    assert [gpu["reading"]["gen"] for gpu in load["gpus"]] == [1, 1]
+    facts = gather_facts(idle_gen1_node.root)
+    findings = check_links(facts, LinkPolicy(), load)
+    assert [(f.code, f.severity) for f in findings] == [("PCIE_GEN_INDETERMINATE", "info")] * 2
+    assert "less than the 0.5 s a link needs to train up" in findings[0].message
+    # What judging that reading as before (any P0 sample) would have said:
+    old_rule = check_links(facts, LinkPolicy(min_load_s=0.0), load)
+    assert [f.code for f in old_rule] == ["PCIE_GEN_BELOW_EXPECTED"] * 2
+
+
+def test_a_reading_needs_p0_at_both_ends() -> None:
+    pstates = iter(["P0", "P0", "P8"])
+
+    def sampler(_bus_id: str) -> dict[str, Any]:
+        return {"gen": 4, "width": 16, "pstate": next(pstates)}
+
+    with LinkReading(sampler, "0000:21:00.0", 0.01) as reading:
+        while not reading.done():
+            time.sleep(0.005)
+    assert reading.result["pstate_before"] == "P0"
+    assert reading.result["pstate_after"] == "P8"
+    assert reading.result["load_s"] >= 0.01
+    facts_gpu = {
+        "index": 0,
+        "bus_id": "0000:21:00.0",
+        "model": "NVIDIA RTX A6000",
+        "pcie": {"max_gen": 4, "max_gen_gpu": 4, "current_gen": 1},
+    }
+    from lingbot_fleet.linkcheck import generation_findings
+
+    sample = {"possible": True, "reading": reading.result}
+    findings = generation_findings(facts_gpu, LinkPolicy(min_load_s=0.01), sample)
+    assert [f.code for f in findings] == ["PCIE_GEN_INDETERMINATE"]
+    assert "not in P0 throughout the reading (before P0, during P0, after P8)" in (
+        findings[0].message
+    )
 
 
 def test_link_under_load_without_libcuda_says_why(idle_gen1_node: LabNode, lab_pynvml: Any) -> None:
@@ -147,6 +197,53 @@ def test_gpu_facts_module_in_one_call(tmp_path: Path, lab_env: Any, nvml: bool) 
     assert facts["sources"]["gpus"] == ("nvml" if nvml else "nvidia-smi")
     assert [gpu["uuid"] for gpu in facts["gpus"]] == [g["uuid"] for g in node.state["gpus"]]
     assert facts["topology"] == [["X", "PHB"], ["PHB", "X"]]
+    assert result["pynvml_path"] == str(Path(VENV_SITE_PACKAGES) / "pynvml.py")
+    assert result["pynvml_in_venv"] is None
+
+
+def test_gpu_facts_module_says_whether_the_venv_holds_pynvml(tmp_path: Path, lab_env: Any) -> None:
+    node = boot_lab_node(a6000_pair(), tmp_path)
+    lab_env(node)
+    venv = tmp_path / "venv"
+    site_packages = venv / "lib" / "python3" / "site-packages"
+    site_packages.mkdir(parents=True)
+    source = Path(VENV_SITE_PACKAGES) / "pynvml.py"
+    sha1 = hashlib.sha1(source.read_bytes()).hexdigest()
+    args = {"root": str(node.root), "nvml": "off", "nvidia_smi": str(LAB_SMI)}
+    answers = []
+    for content in (None, b"# another pynvml\n", source.read_bytes()):
+        if content is not None:
+            (site_packages / "pynvml.py").write_bytes(content)
+        tree = tmp_path / f"tree{len(answers)}"
+        with_sha1 = run_module(
+            node, "gpu_facts", {**args, "pynvml_venv": str(venv), "pynvml_sha1": sha1}, False, tree
+        )
+        without = run_module(
+            node, "gpu_facts", {**args, "pynvml_venv": str(venv)}, False, tree / "plain"
+        )
+        answers.append((with_sha1["pynvml_in_venv"], without["pynvml_in_venv"]))
+    assert answers == [(False, False), (False, True), (True, True)]
+    refused = run_module(node, "gpu_facts", {**args, "pynvml_sha1": sha1}, False, tmp_path / "t")
+    assert refused["msg"] == "missing parameter(s) required by 'pynvml_sha1': pynvml_venv"
+
+
+def test_lookup_finds_the_controllers_pynvml(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg")}
+    argv = [str(ANSIBLE), "localhost", "-i", "localhost,", "-c", "local", "-m", "debug"]
+    argv += ["-a", "msg={{ lookup('lingbot_pynvml', 'path', 'sha1', wantlist=True) }}"]
+    done = subprocess.run(
+        [*argv, "--tree", str(tree)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO_ROOT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    path, sha1 = json.loads((tree / "localhost").read_text())["msg"]
+    assert Path(path) == Path(VENV_SITE_PACKAGES) / "pynvml.py"
+    assert sha1 == hashlib.sha1(Path(path).read_bytes()).hexdigest()
 
 
 def test_gpu_link_check_module_fails_on_error_findings(tmp_path: Path, lab_env: Any) -> None:
@@ -160,3 +257,72 @@ def test_gpu_link_check_module_fails_on_error_findings(tmp_path: Path, lab_env: 
     reporting = run_module(node, "gpu_link_check", args, False, tmp_path / "t2")
     assert reporting["ansible_rc"] == 0
     assert reporting["counts"] == {"info": 0, "warning": 0, "error": 1, "critical": 0}
+
+
+def probe_reading(bus_id: str, timestamp: str, load_s: float = 0.52) -> dict[str, Any]:
+    reading = {"gen": 4, "width": 16, "performance_state": "P0", "load_s": load_s}
+    reading |= {"pstate_before": "P0", "pstate_after": "P0"}
+    return {"bus_id": bus_id, "index": 0, "uuid": "GPU-x", "link_under_load": reading}
+
+
+def probe_of(node: LabNode, timestamp: str, load_s: float = 0.52) -> dict[str, Any]:
+    gpus = []
+    for gpu in node.state["gpus"]:
+        entry = probe_reading(gpu["bdf"], timestamp, load_s)
+        entry |= {"index": gpu["index"], "uuid": gpu["uuid"]}
+        gpus.append(entry)
+    return {"schema_version": 1, "timestamp": timestamp, "gpus": gpus, "pairs": []}
+
+
+def test_gpu_link_load_uses_a_fresh_probe_and_loads_after_a_stale_one(
+    tmp_path: Path, lab_env: Any
+) -> None:
+    node = boot_lab_node(load_profile("a6000-idle-gen1"), tmp_path)
+    lab_env(node)
+    facts = gather_facts(node.root, nvml="off", smi_command=[sys.executable, str(LAB_SMI)])
+    busy = node.lab_root / "run" / "lingbot-lab" / "busy"
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    args = {
+        "facts": facts,
+        "cuda_library": str(cuda_library()),
+        "nvidia_smi": str(LAB_SMI),
+        "use_nvml": False,
+        "duration_s": 0.6,
+        "size_mib": 1,
+    }
+    fresh = run_module(
+        node, "gpu_link_load", {**args, "probe": probe_of(node, now)}, True, tmp_path / "t1"
+    )
+    assert fresh["ansible_rc"] == 0, fresh.get("msg")
+    assert fresh["load"] is None
+    assert fresh["msg"] == f"the readings of the probe of {now} stand: no load sample taken"
+    assert not list(busy.glob("*"))
+    day_old = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 86400))
+    stale = run_module(
+        node, "gpu_link_load", {**args, "probe": probe_of(node, day_old)}, True, tmp_path / "t2"
+    )
+    assert stale["ansible_rc"] == 0, stale.get("msg")
+    assert stale["msg"].startswith(f"load sampled: the probe of {day_old} is 864")
+    assert [gpu["reading"]["gen"] for gpu in stale["load"]["gpus"]] == [4, 4]
+    short = probe_of(node, now, load_s=0.02)
+    taken = run_module(node, "gpu_link_load", {**args, "probe": short}, True, tmp_path / "t3")
+    assert taken["msg"].startswith("load sampled: the probe's reading of GPU 0 does not count")
+    assert taken["load"]["possible"] is True
+
+
+def test_the_judge_uses_a_probe_reading_only_while_fresh(idle_gen1_node: LabNode) -> None:
+    facts = gather_facts(
+        idle_gen1_node.root, nvml="off", smi_command=[sys.executable, str(LAB_SMI)]
+    )
+    from lingbot_fleet.linkcheck import judge_links
+
+    now_s = time.time()
+    taken = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now_s - 7200))
+    probe = probe_of(idle_gen1_node, taken)
+    for gpu in probe["gpus"]:
+        gpu["link_under_load"]["gen"] = 3  # what a degraded link would read
+    stale, _ = judge_links(facts, {}, probe=probe, probe_max_age_s=3600, now_s=now_s)
+    assert stale["findings"] == []
+    fresh, failure = judge_links(facts, {}, probe=probe, probe_max_age_s=10800, now_s=now_s)
+    assert [f["code"] for f in fresh["findings"]] == ["PCIE_GEN_BELOW_EXPECTED"] * 2
+    assert failure is not None

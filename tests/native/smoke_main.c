@@ -41,8 +41,11 @@ int cuMemcpyHtoD_v2(cu_ptr_t dst, const void *src, size_t bytes);
 int cuMemcpyDtoH_v2(void *dst, cu_ptr_t src, size_t bytes);
 int cuMemcpyPeerAsync(cu_ptr_t dst, void *dst_ctx, cu_ptr_t src, void *src_ctx, size_t bytes,
                       void *stream);
+int cuMemsetD8_v2(cu_ptr_t dst, unsigned char value, size_t count);
+int cuMemsetD8Async(cu_ptr_t dst, unsigned char value, size_t count, void *stream);
 int cuStreamCreate(void **stream, unsigned flags);
 int cuStreamDestroy_v2(void *stream);
+int cuStreamSynchronize(void *stream);
 int cuEventCreate(void **event, unsigned flags);
 int cuEventRecord(void *event, void *stream);
 int cuEventSynchronize(void *event);
@@ -119,6 +122,19 @@ static int cuda_calls(void)
         return 1;
     }
     printf("cuda: %d devices, 1 MiB peer copy %.4f ms\n", count, (double)ms);
+    /* The same copy again (dst already holds it), then memsets: one that lands on its
+     * stream, one left pending when its buffer is freed. */
+    CHECK(cuMemcpyPeerAsync(dst, second, src, first, SIZE, stream));
+    CHECK(cuMemsetD8Async(src, 0x11, SIZE, stream));
+    CHECK(cuStreamSynchronize(stream));
+    CHECK(cuMemcpyDtoH_v2(host, src, SIZE));
+    if (((unsigned char *)host)[0] != 0x11) {
+        fprintf(stderr, "memset did not land\n");
+        return 1;
+    }
+    CHECK(cuCtxSetCurrent(second));
+    CHECK(cuMemsetD8_v2(dst, 0x22, SIZE));
+    CHECK(cuCtxSetCurrent(first));
     CHECK(cuEventDestroy_v2(start));
     CHECK(cuEventDestroy_v2(end));
     CHECK(cuStreamDestroy_v2(stream));

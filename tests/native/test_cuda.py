@@ -273,16 +273,176 @@ def test_device_fails_mid_run(cuda_on: Any) -> None:
     cuda.call("cuMemcpyHtoD_v2", dst, b"\x01" * 4096, 4096, expect=CUDA_ERROR_LAUNCH_FAILED)
 
 
-def test_copy_marks_the_gpus_busy(cuda_on: Any, lab_root: Path, nvml_session: Any) -> None:
+def busy_record(lab_root: Path, index: int) -> tuple[float, float, float]:
+    until_s, since_s, last_s = map(
+        float, (lab_root / RUN_SUBDIR / "busy" / str(index)).read_text().split()
+    )
+    return until_s, since_s, last_s
+
+
+def copy_to_device_for(cuda: Cuda, context: ctypes.c_void_p, seconds: float) -> None:
+    """Back-to-back 1 MiB host-to-device copies on GPU `context` for `seconds` (wall time)."""
+    size = 1 << 20
+    dst = cuda.alloc(context, size)
+    source = ctypes.create_string_buffer(size)
+    deadline_s = time.monotonic() + seconds
+    while True:
+        cuda.call("cuMemcpyHtoD_v2", dst, source, size)
+        if time.monotonic() >= deadline_s:
+            return
+
+
+def test_a_copy_puts_the_gpu_in_p0_but_the_link_ramps_later(
+    cuda_on: Any, lab_root: Path, nvml_session: Any
+) -> None:
     text = flatten(scenario_state("phb"))
     cuda = cuda_on(text)
     nvml = nvml_session(text)
     handle = nvml.nvmlDeviceGetHandleByIndex(1)
     assert nvml.nvmlDeviceGetCurrPcieLinkGeneration(handle) == 1
     timed_peer_copy_gbytes_per_s(cuda, peer_access=True, size=1 << 20)
-    busy_until = float((lab_root / RUN_SUBDIR / "busy" / "1").read_text())
-    assert time.time() < busy_until <= time.time() + 1.5
+    until_s, since_s, last_s = busy_record(lab_root, 1)
+    assert since_s <= last_s < until_s <= time.time() + 1.5
+    # One short copy: the GPU is working (P0), its link has not retrained yet.
+    assert nvml.nvmlDeviceGetPerformanceState(handle) == nvml.NVML_PSTATE_0
+    assert nvml.nvmlDeviceGetCurrPcieLinkGeneration(handle) == 1
+    # Waiting is not load: the link rises only with sustained copies.
+    time.sleep(0.3)
+    assert nvml.nvmlDeviceGetCurrPcieLinkGeneration(handle) == 1
+
+
+def test_sustained_copies_ramp_the_link_and_idle_drops_it(
+    cuda_on: Any, lab_root: Path, nvml_session: Any
+) -> None:
+    text = flatten(scenario_state("phb"))  # no ramp_ms in the state: the lab's 250 ms
+    cuda = cuda_on(text)
+    nvml = nvml_session(text)
+    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+    context = cuda.context(0)
+    copy_to_device_for(cuda, context, 0.1)
+    assert nvml.nvmlDeviceGetCurrPcieLinkGeneration(handle) == 1
+    copy_to_device_for(cuda, context, 0.2)
     assert nvml.nvmlDeviceGetCurrPcieLinkGeneration(handle) == 4
+    assert nvml.nvmlDeviceGetPcieSpeed(handle) == 16000
+    _until_s, since_s, last_s = busy_record(lab_root, 0)
+    assert last_s - since_s >= 0.25
+    # The GPU goes idle 1 s after its last copy; the next load starts a new ramp.
+    (lab_root / RUN_SUBDIR / "busy" / "0").write_text(f"{time.time() - 0.01} {since_s} {last_s}\n")
+    assert nvml.nvmlDeviceGetPerformanceState(handle) == nvml.NVML_PSTATE_8
+    assert nvml.nvmlDeviceGetCurrPcieLinkGeneration(handle) == 1
+    copy_to_device_for(cuda, context, 0.05)
+    assert nvml.nvmlDeviceGetCurrPcieLinkGeneration(handle) == 1
+
+
+def test_the_state_sets_the_ramp_time(cuda_on: Any, lab_root: Path, nvml_session: Any) -> None:
+    state = scenario_state("phb")
+    state["gpus"][0]["link"]["ramp_ms"] = 0
+    text = flatten(state)
+    cuda = cuda_on(text)
+    nvml = nvml_session(text)
+    cuda.call("cuMemcpyHtoD_v2", cuda.alloc(cuda.context(0), 4096), b"\x01" * 4096, 4096)
+    assert nvml.nvmlDeviceGetCurrPcieLinkGeneration(nvml.nvmlDeviceGetHandleByIndex(0)) == 4
+
+
+def readback(cuda: Cuda, pointer: int, size: int) -> bytes:
+    buffer = ctypes.create_string_buffer(size)
+    cuda.call("cuMemcpyDtoH_v2", buffer, pointer, size)
+    return buffer.raw
+
+
+def test_memset_is_asynchronous_and_lands_on_its_stream(cuda_on: Any) -> None:
+    """cuMemsetD8_v2 on device memory is queued on the default stream (it returns before
+    the bytes land): a copy on a non-blocking stream not ordered after it races it."""
+    cuda = cuda_on(flatten(scenario_state("phb")))
+    size = 1 << 20
+    pattern = bytes(range(256)) * (size // 256)
+    first, second = cuda.context(0), cuda.context(1)
+    src, dst = cuda.alloc(first, size), cuda.alloc(second, size)
+    cuda.use(first)
+    cuda.call("cuMemcpyHtoD_v2", src, pattern, size)
+    non_blocking = ctypes.c_void_p()
+    cuda.call("cuStreamCreate", ctypes.byref(non_blocking), 1)
+    # Unordered: the memset on GPU 1's default stream lands after the peer copy.
+    cuda.use(second)
+    cuda.call("cuMemsetD8_v2", dst, 0, size)
+    cuda.use(first)
+    cuda.call("cuMemcpyPeerAsync", dst, second, src, first, size, non_blocking)
+    cuda.call("cuStreamSynchronize", non_blocking)
+    cuda.use(second)
+    assert readback(cuda, dst, size) == b"\x00" * size
+    # Ordered by a host wait on the memset's stream: the copy's bytes are the last.
+    cuda.call("cuMemsetD8_v2", dst, 0, size)
+    cuda.call("cuStreamSynchronize", None)
+    cuda.use(first)
+    cuda.call("cuMemcpyPeerAsync", dst, second, src, first, size, non_blocking)
+    cuda.call("cuStreamSynchronize", non_blocking)
+    cuda.use(second)
+    assert readback(cuda, dst, size) == pattern
+
+
+def test_memset_async_orders_by_stream_and_event(cuda_on: Any) -> None:
+    cuda = cuda_on(flatten(scenario_state("phb")))
+    size = 4096
+    context = cuda.context(0)
+    target, source = cuda.alloc(context, size), cuda.alloc(context, size)
+    cuda.call("cuMemcpyHtoD_v2", source, b"\x5a" * size, size)
+    one, two = ctypes.c_void_p(), ctypes.c_void_p()
+    cuda.call("cuStreamCreate", ctypes.byref(one), 1)
+    cuda.call("cuStreamCreate", ctypes.byref(two), 1)
+    cuda.lib.cuMemsetD8Async.argtypes = [
+        ctypes.c_uint64,
+        ctypes.c_ubyte,
+        ctypes.c_size_t,
+        ctypes.c_void_p,
+    ]
+    cuda.lib.cuMemcpyDtoDAsync_v2.argtypes = [
+        ctypes.c_uint64,
+        ctypes.c_uint64,
+        ctypes.c_size_t,
+        ctypes.c_void_p,
+    ]
+    # Same stream: memset, then copy; the copy wins.
+    cuda.call("cuMemsetD8Async", target, 0x11, size, one)
+    cuda.call("cuMemcpyDtoDAsync_v2", target, source, size, one)
+    cuda.call("cuStreamSynchronize", one)
+    assert readback(cuda, target, size) == b"\x5a" * size
+    # Another stream waiting on an event recorded after the memset: ordered too.
+    done = cuda.event()
+    cuda.call("cuMemsetD8Async", target, 0x22, size, one)
+    cuda.call("cuEventRecord", done, one)
+    cuda.call("cuStreamWaitEvent", two, done, 0)
+    cuda.call("cuMemcpyDtoDAsync_v2", target, source, size, two)
+    cuda.call("cuStreamSynchronize", two)
+    cuda.call("cuStreamSynchronize", one)
+    assert readback(cuda, target, size) == b"\x5a" * size
+    # Not ordered: a copy on another stream reads the bytes from before the memset.
+    copy = cuda.alloc(context, size)
+    cuda.call("cuMemsetD8Async", source, 0x33, size, one)
+    cuda.call("cuMemcpyDtoDAsync_v2", copy, source, size, two)
+    cuda.call("cuCtxSynchronize")
+    assert readback(cuda, copy, size) == b"\x5a" * size
+    assert readback(cuda, source, size) == b"\x33" * size
+
+
+def test_the_legacy_default_stream_orders_blocking_streams_only(cuda_on: Any) -> None:
+    cuda = cuda_on(flatten(scenario_state("phb")))
+    size = 4096
+    context = cuda.context(0)
+    target, source = cuda.alloc(context, size), cuda.alloc(context, size)
+    cuda.call("cuMemcpyHtoD_v2", source, b"\x7e" * size, size)
+    cuda.lib.cuMemcpyDtoDAsync_v2.argtypes = [
+        ctypes.c_uint64,
+        ctypes.c_uint64,
+        ctypes.c_size_t,
+        ctypes.c_void_p,
+    ]
+    blocking = cuda.stream()  # flags 0: synchronizes with the legacy default stream
+    cuda.call("cuMemsetD8_v2", target, 0, size)
+    cuda.call("cuMemcpyDtoDAsync_v2", target, source, size, blocking)
+    cuda.call("cuStreamSynchronize", blocking)
+    assert readback(cuda, target, size) == b"\x7e" * size
+    invalid = ctypes.c_void_p()
+    cuda.call("cuStreamCreate", ctypes.byref(invalid), 4, expect=CUDA_ERROR_INVALID_VALUE)
 
 
 def test_error_names_and_strings(cuda_on: Any) -> None:

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -69,3 +70,21 @@ def test_query_gpu_agrees_with_nvml(nvml_session: Any, lab_root: Path, scenario:
     (lab_root / RUN_SUBDIR / "state.json").write_text(json.dumps(state))
     rows = smi_rows(lab_root)
     assert rows == [nvml_row(nvml, gpu["index"]) for gpu in state["gpus"]]
+
+
+@pytest.mark.parametrize(("load_s", "gen"), [(0.1, 1), (0.5, 4)])
+def test_link_ramp_agrees_with_nvml(
+    nvml_session: Any, lab_root: Path, load_s: float, gen: int
+) -> None:
+    """Under load both show P0; the link is at its load generation only once the copies
+    have lasted the ramp time (250 ms unless the state says otherwise)."""
+    state = scenario_state("phb")
+    nvml = nvml_session(flatten(state))
+    (lab_root / RUN_SUBDIR / "state.json").write_text(json.dumps(state))
+    now_s = time.time()
+    busy = lab_root / RUN_SUBDIR / "busy"
+    busy.mkdir(exist_ok=True)
+    (busy / "0").write_text(f"{now_s + 30} {now_s - load_s} {now_s}\n")
+    rows = smi_rows(lab_root)
+    assert rows[0] == nvml_row(nvml, 0)
+    assert (rows[0][8], rows[0][9]) == ("P0", str(gen))

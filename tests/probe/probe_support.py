@@ -37,8 +37,13 @@ def prepare_node(profile: dict[str, Any], tmp_path: Path, lab_env: Any) -> Probe
     return ProbedNode(node, facts, str(private))
 
 
-def probe(probed: ProbedNode, pynvml: Any = None, **parameters: Any) -> dict[str, Any]:
-    """Run the probe on the node, sampling the link through the lab's NVML when given."""
+def probe(
+    probed: ProbedNode,
+    pynvml: Any = None,
+    skip: dict[str, str] | None = None,
+    **parameters: Any,
+) -> dict[str, Any]:
+    """Run the probe on the node, reading the link through the lab's NVML when given."""
     sampler = None
     if pynvml is not None:
         pynvml.nvmlInit()
@@ -49,6 +54,7 @@ def probe(probed: ProbedNode, pynvml: Any = None, **parameters: Any) -> dict[str
             ProbeParameters(**parameters),
             cuda_library=probed.cuda_library,
             sampler=sampler,
+            skip=skip,
         )
     finally:
         if pynvml is not None:

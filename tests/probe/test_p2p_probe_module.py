@@ -131,3 +131,90 @@ def test_bad_arguments_fail_with_the_reason(node: LabNode, tmp_path: Path) -> No
     )
     result = run_p2p_probe(node, {"size_mib": 0, "keep": 0}, tmp_path / "t2")
     assert result["msg"] == "size_mib must be at least 1, not 0; keep must be at least 1, not 0"
+
+
+def test_save_false_measures_and_writes_nothing(node: LabNode, tmp_path: Path) -> None:
+    save_dir = tmp_path / "saved"
+    save_dir.mkdir()
+    (save_dir / "latest.json").write_text('{"schema_version": 1, "timestamp": "planner"}\n')
+    args = {"save_dir": str(save_dir), "save": False, "size_mib": 8}
+    result = run_p2p_probe(node, args, tmp_path / "t")
+    assert result["ansible_rc"] == 0, result.get("msg")
+    assert len(result["probe"]["pairs"]) == 2
+    assert result["saved"] == {}
+    assert result["msg"] == f"measured; save is false: nothing written to {save_dir}"
+    assert sorted(path.name for path in save_dir.iterdir()) == ["latest.json"]
+    assert json.loads((save_dir / "latest.json").read_text())["timestamp"] == "planner"
+
+
+def test_check_mode_leaves_the_gpus_that_serve_lingbot_alone(node: LabNode, tmp_path: Path) -> None:
+    serving = node.state["gpus"][1]
+    plan = tmp_path / "plan.json"
+    plan.write_text(
+        json.dumps({"instances": [{"name": "lingbot-0", "gpu_uuids": [serving["uuid"]]}]})
+    )
+    args = {"save_dir": str(tmp_path / "saved"), "plan_path": str(plan), "size_mib": 8}
+    busy = node.lab_root / "run" / "lingbot-lab" / "busy"
+    result = run_p2p_probe(node, args, tmp_path / "t1", check=True)
+    assert result["ansible_rc"] == 0, result.get("msg")
+    gpus = result["probe"]["gpus"]
+    assert gpus[1]["skipped"] == (
+        f"serves LingBot (instance lingbot-0 of {plan}); check mode runs no copies on it "
+        "(probe_serving_gpus measures it)"
+    )
+    assert gpus[1]["error"] is None and gpus[1]["h2d_gbytes_per_s"] is None
+    assert gpus[0]["skipped"] is None and gpus[0]["h2d_gbytes_per_s"] is not None
+    assert all(
+        pair["skipped"] and pair["p2p_disabled"] is None for pair in result["probe"]["pairs"]
+    )
+    assert not (busy / "1").exists()
+    asked = run_p2p_probe(node, {**args, "probe_serving_gpus": True}, tmp_path / "t2", check=True)
+    assert asked["probe"]["gpus"][1]["skipped"] is None
+    assert asked["probe"]["gpus"][1]["h2d_gbytes_per_s"] is not None
+    assert (busy / "1").exists()
+    # Outside check mode the plan does not matter: the probe measures every GPU.
+    (busy / "1").unlink()
+    applied = run_p2p_probe(node, args, tmp_path / "t3")
+    assert [gpu["skipped"] for gpu in applied["probe"]["gpus"]] == [None, None]
+    # With a saved result on the same GPUs, check mode takes the left-out entries from it,
+    # so the planner sees the figures it would otherwise see.
+    (busy / "1").unlink()
+    filled = run_p2p_probe(node, args, tmp_path / "t4", check=True)["probe"]
+    stamp = applied["probe"]["timestamp"]
+    assert filled["gpus"][1] == {**applied["probe"]["gpus"][1], "from_probe": stamp}
+    assert [pair.get("from_probe") for pair in filled["pairs"]] == [stamp, stamp]
+    assert filled["notes"][-1] == (
+        f"entries left out are taken from the saved probe of {stamp} (from_probe)"
+    )
+    assert not (busy / "1").exists()
+
+
+def test_parameters_from_a_saved_probe_compare_like_with_like(
+    node: LabNode, tmp_path: Path
+) -> None:
+    previous = tmp_path / "previous.json"
+    parameters = {
+        "size_bytes": 4 << 20,
+        "repetitions": 2,
+        "copies_per_sample": 2,
+        "warmup_copies": 0,
+        "latency_size_bytes": 4,
+        "latency_repetitions": 5,
+    }
+    previous.write_text(json.dumps({"timestamp": "2026-11-30T22:55:00Z", "parameters": parameters}))
+    args = {"save": False, "parameters_from": str(previous), "size_mib": 16, "repetitions": 7}
+    result = run_p2p_probe(node, args, tmp_path / "t1")
+    assert result["ansible_rc"] == 0, result.get("msg")
+    used = result["probe"]["parameters"]
+    assert {key: used[key] for key in parameters} == parameters
+    assert result["probe"]["notes"] == [
+        f"figure parameters taken from {previous} (the probe of 2026-11-30T22:55:00Z)"
+    ]
+    missing = run_p2p_probe(
+        node, {**args, "parameters_from": str(tmp_path / "none.json")}, tmp_path / "t2"
+    )
+    assert missing["probe"]["parameters"]["size_bytes"] == 16 << 20
+    assert missing["probe"]["parameters"]["repetitions"] == 7
+    assert missing["probe"]["notes"][0].startswith(
+        f"parameters_from {tmp_path / 'none.json'} not used"
+    )

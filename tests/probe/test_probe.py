@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from facts_support import load_profile
+from facts_support import SMI_COMMAND, load_profile
 from probe_support import (
     ProbedNode,
     assert_close,
@@ -20,16 +20,29 @@ from probe_support import (
     state_pair,
 )
 
+from lingbot_fleet.audit.evaluate import probe_findings, probe_summary
 from lingbot_fleet.cuda import CudaDriver, CudaError
+from lingbot_fleet.facts import gather_facts
+from lingbot_fleet.linkcheck import (
+    LinkPolicy,
+    check_links,
+    judge_links,
+    load_from_probe,
+    probe_gpu_findings,
+)
+from lingbot_fleet.plan import build_plan
 from lingbot_fleet.probe import (
     ProbeParameters,
     describe_cuda_error,
+    fill_skipped,
     format_cpulist,
     load_saved_probe,
     parse_cpulist,
     parse_pairs,
+    reuse_reason,
     run_probe,
     save_probe,
+    serving_gpus,
 )
 
 
@@ -57,8 +70,17 @@ def test_a6000_phb_figures_match_the_profile(phb: ProbedNode, lab_pynvml: Any) -
         assert entry["error"] is None
         assert_close(entry["h2d_gbytes_per_s"], gpu["host"]["h2d_gbytes_per_s"])
         assert_close(entry["d2h_gbytes_per_s"], gpu["host"]["d2h_gbytes_per_s"])
-        # Idle at Gen1 (gen_idle), Gen4 x16 in P0 while the copies run.
-        assert entry["link_under_load"] == {"gen": 4, "width": 16, "performance_state": "P0"}
+        # Idle at Gen1 (gen_idle); Gen4 x16 after half a second of copies, P0 throughout.
+        reading = entry["link_under_load"]
+        assert reading["load_s"] >= 0.5
+        assert {key: value for key, value in reading.items() if key != "load_s"} == {
+            "gen": 4,
+            "width": 16,
+            "performance_state": "P0",
+            "pstate_before": "P0",
+            "pstate_after": "P0",
+        }
+        assert entry["skipped"] is None
         binding = entry["numa_binding"]
         assert binding["local_cpus"] == gpu["cpu_list"]
         bound = parse_cpulist(binding["bound_cpus"])
@@ -73,11 +95,14 @@ def test_a6000_phb_figures_match_the_profile(phb: ProbedNode, lab_pynvml: Any) -
         assert_path_matches(pair["p2p_disabled"], expected["host_staged"])
     assert_close(result["pairs"][0]["p2p_enabled"]["unidirectional_gbytes_per_s"], 28.4)
     assert result["parameters"] == {
-        "size_bytes": 64 << 20,
-        "repetitions": 5,
+        "size_bytes": 256 << 20,
+        "repetitions": 3,
+        "copies_per_sample": 1,
+        "warmup_copies": 1,
         "latency_size_bytes": 4,
         "latency_repetitions": 50,
         "time_budget_s": 45.0,
+        "link_load_s": 0.5,
         "pairs": "all",
     }
 
@@ -267,3 +292,157 @@ def test_save_keeps_the_newest_copies_atomically(tmp_path: Path) -> None:
     assert load_saved_probe(save_dir) == document
     assert json.loads((save_dir / "latest.json").read_text())["timestamp"].endswith("03Z")
     assert load_saved_probe(tmp_path / "nothing") is None
+
+
+def test_peer_access_already_enabled_is_success_and_stays_on(phb: ProbedNode) -> None:
+    """Another user of the process enabled peer access first: cuCtxEnablePeerAccess says
+    CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED (704); the pair is measured with peer access,
+    and the other user's access is still on afterwards."""
+    other = CudaDriver(phb.cuda_library)  # the same library: the same driver state
+    contexts = [other.retain_primary_context(device) for device in (0, 1)]
+    for this, peer in ((0, 1), (1, 0)):
+        other.set_current(contexts[this])
+        assert other.enable_peer_access(contexts[peer]) is True
+    assert other.enable_peer_access(contexts[0]) is False  # 704, not an error
+    result = probe(phb, repetitions=1, latency_repetitions=1)
+    for pair in result["pairs"]:
+        assert pair["error"] is None
+        assert pair["data_check"] == "passed"
+        assert_close(pair["p2p_enabled"]["unidirectional_gbytes_per_s"], 28.4)
+    for this, peer in ((0, 1), (1, 0)):
+        other.set_current(contexts[this])
+        other.disable_peer_access(contexts[peer])  # still on: no PEER_ACCESS_NOT_ENABLED
+    for device in (0, 1):
+        other.release_primary_context(device)
+
+
+def test_the_link_is_read_after_a_sustained_load(
+    tmp_path: Path, lab_env: Any, lab_pynvml: Any
+) -> None:
+    """The idle-gen1 link trains up after 250 ms of copies: the probe's reading after its
+    0.5 s load sees Gen4 in P0 at both ends; a 50 ms load still sees Gen1, which the judge
+    leaves indeterminate instead of failing."""
+    probed = prepare_node(load_profile("a6000-idle-gen1"), tmp_path, lab_env)
+    facts = gather_facts(probed.node.root, nvml="off", smi_command=SMI_COMMAND)
+    sustained = probe(probed, lab_pynvml, size_bytes=8 << 20, repetitions=1, pairs=())
+    assert [gpu["link_under_load"]["gen"] for gpu in sustained["gpus"]] == [4, 4]
+    assert all(gpu["link_under_load"]["load_s"] >= 0.5 for gpu in sustained["gpus"])
+    assert check_links(facts, LinkPolicy(), load_from_probe(sustained)) == []
+    for index in (0, 1):  # let the links fall back to Gen1
+        (probed.node.lab_root / "run" / "lingbot-lab" / "busy" / str(index)).unlink()
+    short = probe(probed, lab_pynvml, size_bytes=8 << 20, repetitions=1, pairs=(), link_load_s=0.05)
+    assert [gpu["link_under_load"]["gen"] for gpu in short["gpus"]] == [1, 1]
+    findings = check_links(facts, LinkPolicy(), load_from_probe(short))
+    assert [(f.code, f.severity) for f in findings] == [("PCIE_GEN_INDETERMINATE", "info")] * 2
+
+
+def test_gpus_left_out_run_no_copies(phb: ProbedNode) -> None:
+    uuid = phb.node.state["gpus"][1]["uuid"]
+    result = probe(phb, repetitions=1, latency_repetitions=1, skip={uuid: "serves LingBot"})
+    left_out = result["gpus"][1]
+    assert (left_out["skipped"], left_out["error"], left_out["h2d_gbytes_per_s"]) == (
+        "serves LingBot",
+        None,
+        None,
+    )
+    assert result["gpus"][0]["h2d_gbytes_per_s"] is not None
+    busy = phb.node.lab_root / "run" / "lingbot-lab" / "busy"
+    assert (busy / "0").exists() and not (busy / "1").exists()
+    assert [(p["skipped"], p["error"], p["p2p_disabled"]) for p in result["pairs"]] == [
+        ("GPU 1 (0000:42:00.0) is left out: serves LingBot", None, None)
+    ] * 2
+    assert result["errors"] == []
+
+
+def test_fill_skipped_takes_left_out_entries_from_the_saved_probe() -> None:
+    saved = {
+        "timestamp": "2026-11-30T22:55:00Z",
+        "gpus": [{"index": 0, "uuid": "A", "h2d_gbytes_per_s": 24.0}, {"index": 1, "uuid": "B"}],
+        "pairs": [{"src": 0, "dst": 1, "p2p_enabled": {"unidirectional_gbytes_per_s": 28.0}}],
+    }
+    fresh = {
+        "timestamp": "2026-12-01T08:00:00Z",
+        "gpus": [
+            {"index": 0, "uuid": "A", "skipped": "serves LingBot"},
+            {"index": 1, "uuid": "B", "h2d_gbytes_per_s": 25.0, "skipped": None},
+        ],
+        "pairs": [{"src": 0, "dst": 1, "skipped": "GPU 0 is left out"}],
+    }
+    filled = fill_skipped(fresh, saved)
+    assert filled["gpus"][0] == {
+        "index": 0,
+        "uuid": "A",
+        "h2d_gbytes_per_s": 24.0,
+        "from_probe": "2026-11-30T22:55:00Z",
+    }
+    assert filled["gpus"][1] is fresh["gpus"][1]
+    assert filled["pairs"][0]["p2p_enabled"] == {"unidirectional_gbytes_per_s": 28.0}
+    other_gpus = {**saved, "gpus": [{"index": 0, "uuid": "C"}, {"index": 1, "uuid": "B"}]}
+    assert fill_skipped(fresh, other_gpus) is fresh
+    assert fill_skipped(fresh, None) is fresh
+
+
+def test_serving_gpus_come_from_the_plan() -> None:
+    plan = {
+        "instances": [
+            {"name": "lingbot-0", "gpu_uuids": ["GPU-a", "GPU-b"], "bus_ids": ["0000:41:00.0"]}
+        ]
+    }
+    why = "serves LingBot (instance lingbot-0 of /etc/lingbot/plan.json)"
+    assert serving_gpus(plan, "/etc/lingbot/plan.json") == {
+        "GPU-a": why,
+        "GPU-b": why,
+        "0000:41:00.0": why,
+    }
+    assert serving_gpus(None, "/etc/lingbot/plan.json") == {}
+
+
+def test_a_gpu_that_stops_answering_is_a_critical_finding_the_planner_avoids(
+    tmp_path: Path, lab_env: Any
+) -> None:
+    fault = {"kind": "device_fails_after_copies", "gpu": 1, "copies": 40}
+    probed = prepare_node(with_faults("pcie-4gpu-two-switches", fault), tmp_path, lab_env)
+    result = probe(probed, size_bytes=8 << 20, repetitions=3, latency_repetitions=10)
+    bus_id = result["gpus"][1]["bus_id"]
+    # The audit: the GPU is named, critical; the pairs it broke stay a warning.
+    findings = probe_findings(probe_summary(result, "fresh"), result, probed.facts)
+    assert [(f.code, f.severity, f.subject) for f in findings] == [
+        ("PROBE_GPU_FAILED", "critical", bus_id),
+        ("PROBE_ERRORS", "warning", "node"),
+    ]
+    assert "stopped working during the probe" in findings[0].evidence["error"]
+    # The deploy path: gpu_checks' judgement carries it to the planner.
+    judged, failure = judge_links(probed.facts, {}, probe=result)
+    assert [(f["code"], f["subject"]) for f in judged["findings"]] == [("PROBE_GPU_FAILED", bus_id)]
+    assert failure is not None and failure.startswith("1 finding(s) at or above error")
+    plan = build_plan(probed.facts, result, {}, judged["findings"])
+    used = {gpu for instance in plan["instances"] for gpu in instance["gpus"]}
+    assert used and 1 not in used
+    assert not next(gpu for gpu in plan["gpus"] if gpu["index"] == 1)["eligible"]
+
+
+def test_a_gpu_the_driver_refuses_is_an_error_finding(tmp_path: Path, lab_env: Any) -> None:
+    probed = prepare_node(load_profile("a6000-phb"), tmp_path, lab_env)
+    result = probe(probed, size_bytes=1 << 40, repetitions=1, latency_repetitions=1)
+    assert all("CUDA_ERROR_OUT_OF_MEMORY" in gpu["error"] for gpu in result["gpus"])
+    findings = probe_gpu_findings(result, probed.facts)
+    assert [(f.code, f.severity, f.subject) for f in findings] == [
+        ("PROBE_GPU_FAILED", "error", "0000:41:00.0"),
+        ("PROBE_GPU_FAILED", "error", "0000:42:00.0"),
+    ]
+
+
+def test_a_saved_probe_of_other_parameters_is_not_reused(phb: ProbedNode) -> None:
+    saved = {
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "gpus": [{"uuid": gpu["uuid"]} for gpu in phb.facts["gpus"]],
+        "parameters": ProbeParameters().document(),
+    }
+    now_s = time.time() + 60
+    assert reuse_reason(saved, phb.facts, 86400, now_s, ProbeParameters()) is not None
+    assert (
+        reuse_reason(saved, phb.facts, 86400, now_s, ProbeParameters(size_bytes=64 << 20)) is None
+    )
+    older = {**saved, "parameters": {"size_bytes": 64 << 20, "repetitions": 5}}
+    assert reuse_reason(older, phb.facts, 86400, now_s, ProbeParameters()) is None
+    assert reuse_reason(older, phb.facts, 86400, now_s) is not None

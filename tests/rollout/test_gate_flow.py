@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from test_gates import plan, probe
+
+from lingbot_fleet.playbook_run import PlaybookRun, run_playbook
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTS = ("node-1", "node-2", "node-3", "node-4")
@@ -52,28 +52,20 @@ def inventory(tmp_path: Path, per_host: dict[str, dict[str, Any]]) -> Path:
     return path
 
 
-def rollout(tmp_path: Path, per_host: dict[str, dict[str, Any]], *extra: str):
-    env = dict(os.environ)
-    env.update(
-        {
+def rollout(tmp_path: Path, per_host: dict[str, dict[str, Any]], *extra: str) -> PlaybookRun:
+    return run_playbook(
+        REPO / "tests" / "rollout" / "gate_flow.yml",
+        inventory=inventory(tmp_path, per_host),
+        cmdline=extra,
+        envvars={
             "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-            "ANSIBLE_NOCOLOR": "1",
             # One line per summary line in the output (the yaml format wraps them).
             "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
             "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
             "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
             "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
-        }
-    )
-    argv = [
-        str(Path(sys.executable).parent / "ansible-playbook"),
-        "-i",
-        str(inventory(tmp_path, per_host)),
-        "tests/rollout/gate_flow.yml",
-        *extra,
-    ]
-    return subprocess.run(
-        argv, check=False, env=env, cwd=REPO, capture_output=True, text=True, timeout=600
+        },
+        timeout_s=600,
     )
 
 
@@ -88,7 +80,7 @@ def generations(tmp_path: Path, host: str) -> list[str]:
 
 def test_every_node_passes_and_the_summary_says_so(tmp_path: Path) -> None:
     done = rollout(tmp_path, {})
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.rc == 0, done.stdout
     assert [config(tmp_path, host) for host in HOSTS] == ["new policy\n"] * 4
     assert "batch 1/3 (canary) node-1: passed" in done.stdout
     assert "batch 2/3 node-3: passed" in done.stdout
@@ -98,7 +90,7 @@ def test_every_node_passes_and_the_summary_says_so(tmp_path: Path) -> None:
 def test_the_canary_failing_its_gate_is_rolled_back_and_stops_the_rollout(tmp_path: Path) -> None:
     done = rollout(tmp_path, {"node-1": {"test_fresh_probe": probe(p2p_gbytes_per_s=9.6)}})
     out = done.stdout
-    assert done.returncode == 2, out + done.stderr
+    assert done.rc == 2, out
     assert config(tmp_path, "node-1") == ORIGINAL
     assert (
         sha256(node_dir(tmp_path, "node-1") / "etc" / "policy.conf")
@@ -127,7 +119,7 @@ def test_a_node_of_a_later_batch_fails_the_regression_gate(tmp_path: Path) -> No
     (saved / "latest.json").write_text(json.dumps(probe(h2d_gbytes_per_s=40.0)))
     done = rollout(tmp_path, {})
     out = done.stdout
-    assert done.returncode == 2, out + done.stderr
+    assert done.rc == 2, out
     assert [config(tmp_path, host) for host in HOSTS] == [
         "new policy\n",
         "new policy\n",
@@ -145,7 +137,7 @@ def test_a_node_of_a_later_batch_fails_the_regression_gate(tmp_path: Path) -> No
 def test_a_change_that_breaks_is_committed_then_rolled_back(tmp_path: Path) -> None:
     done = rollout(tmp_path, {"node-1": {"test_change_failure": "grub did not validate"}})
     out = done.stdout
-    assert done.returncode == 2, out + done.stderr
+    assert done.rc == 2, out
     assert config(tmp_path, "node-1") == ORIGINAL
     assert (
         "batch 1/3 (canary) node-1: FAILED gate change: task 'Break the change when asked' "
@@ -157,7 +149,7 @@ def test_a_change_that_breaks_is_committed_then_rolled_back(tmp_path: Path) -> N
 def test_an_unhealthy_instance_fails_the_node(tmp_path: Path) -> None:
     health = [{"instance": "main", "healthy": False, "evidence": ["no answer on 8000", ["j1"]]}]
     done = rollout(tmp_path, {"node-1": {"test_health": health}})
-    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.rc == 2, done.stdout
     assert (
         "FAILED gate lingbot_health: lingbot@main.service is not healthy: no answer on 8000 "
         "| journal: j1"
@@ -167,6 +159,6 @@ def test_an_unhealthy_instance_fails_the_node(tmp_path: Path) -> None:
 
 def test_a_bad_batch_list_stops_before_any_change(tmp_path: Path) -> None:
     done = rollout(tmp_path, {}, "-e", '{"rollout_batches": [1, 0]}')
-    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.rc == 2, done.stdout
     assert "rollout_batches item 2 (0): a batch needs at least 1 host" in done.stdout
     assert [config(tmp_path, host) for host in HOSTS] == [ORIGINAL] * 4

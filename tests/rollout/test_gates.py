@@ -394,3 +394,41 @@ def test_summary_names_the_node_the_gate_the_evidence_and_who_was_not_reached() 
         "failed",
         "not_reached",
     ]
+
+
+def test_a_previous_probe_of_other_sizes_is_not_compared() -> None:
+    def sized(size_mib: int, **changes: Any) -> dict[str, Any]:
+        document = probe(**changes)
+        document["parameters"] = {
+            "size_bytes": size_mib << 20,
+            "repetitions": 3,
+            "copies_per_sample": 1,
+            "warmup_copies": 1,
+            "latency_size_bytes": 4,
+            "latency_repetitions": 50,
+        }
+        return document
+
+    # 16 MiB copies read lower than 256 MiB ones on real links: not a regression.
+    report = evaluate_gates(
+        healthy_inputs(fresh_probe=sized(16, p2p_gbytes_per_s=20.0), previous_probe=sized(256))
+    )
+    assert report.gates["probe_regression"] == "skipped"
+    assert report.notes[0].startswith(
+        "probe_regression skipped: the previous probe was measured with other parameters"
+    )
+    same = evaluate_gates(
+        healthy_inputs(fresh_probe=sized(256, p2p_gbytes_per_s=20.0), previous_probe=sized(256))
+    )
+    assert same.gates["probe_regression"] == "failed"
+
+
+def test_gpus_left_out_in_check_mode_fail_no_gate() -> None:
+    fresh = probe()
+    fresh["gpus"][1] |= {"h2d_gbytes_per_s": None, "skipped": "serves LingBot"}
+    for pair in fresh["pairs"]:
+        pair |= {"p2p_enabled": None, "p2p_disabled": None, "skipped": "GPU 1 is left out"}
+    report = evaluate_gates(healthy_inputs(fresh_probe=fresh))
+    assert report.gates["probe_paths"] == "passed"
+    assert report.gates["probe_regression"] == "skipped"
+    assert "the fresh probe left GPUs out" in report.notes[-1]

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from lingbot_lab.profile import NVIDIA_VENDOR_ID, format_cpulist, parse_cpulist
+from lingbot_lab.profile import (
+    DEFAULT_LINK_RAMP_MS,
+    NVIDIA_VENDOR_ID,
+    format_cpulist,
+    parse_cpulist,
+)
 
 STATE_SCHEMA = 1
 TOPOLOGY_LEVELS = {"PIX": 10, "PXB": 20, "PHB": 30, "NODE": 40, "SYS": 50}
@@ -193,6 +198,7 @@ def _gpu_state(
             "width": link["width"],
             "gen_load": link["max_gen"],
             "gen_idle": link["gen_idle"],
+            "ramp_ms": link.get("ramp_ms", DEFAULT_LINK_RAMP_MS),
         },
         "host": dict(gpu["host"]),
         "nvlinks": [dict(nvlink) for nvlink in gpu["nvlinks"]],

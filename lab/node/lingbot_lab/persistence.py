@@ -106,13 +106,28 @@ def write_persistence(root: Path, gpu_index: int, enabled: bool) -> None:
         raise
 
 
-def gpu_busy(root: Path, gpu_index: int, now_s: float) -> bool:
-    """busy/<i> holds the epoch second until which the GPU is under load."""
+def gpu_load(root: Path, gpu_index: int, now_s: float) -> float | None:
+    """Seconds the GPU's current load has lasted; None when it is idle.
+
+    busy/<i> is "<until> <since> <last>" (epoch seconds, lab/native/labstate.h): under load
+    until <until>, copies from <since> to <last>. One number (written by hand) means under
+    load until then, for long enough to have ramped up.
+    """
     try:
-        busy_until_s = float((root / BUSY_RELATIVE_DIR / str(gpu_index)).read_text().strip())
+        fields = [float(f) for f in (root / BUSY_RELATIVE_DIR / str(gpu_index)).read_text().split()]
     except (OSError, ValueError):
-        return False
-    return busy_until_s > now_s
+        return None
+    if not fields or fields[0] <= now_s:
+        return None
+    if len(fields) < 3:
+        return float("inf")
+    _until_s, since_s, last_s = fields[:3]
+    return min(last_s, now_s) - since_s
+
+
+def gpu_busy(root: Path, gpu_index: int, now_s: float) -> bool:
+    """Whether busy/<i> says the GPU is under load at now_s."""
+    return gpu_load(root, gpu_index, now_s) is not None
 
 
 def daemon_runtime_dir(root: Path) -> Path:

@@ -19,6 +19,9 @@ CPU_VENDORS = ("AMD", "Intel")
 IOMMU_MODES = ("off", "translated", "passthrough")
 LINK_WIDTHS = (1, 2, 4, 8, 12, 16, 32)
 MAX_PCIE_GEN = 5
+# Milliseconds of sustained copies before a link idling below max_gen retrains to it
+# (libnvidia-ml and nvidia-smi read it; libcuda's busy/<i> records the load).
+DEFAULT_LINK_RAMP_MS = 250
 FAULT_KINDS = ("gpu_lost", "p2p_write_drop_when_iommu_translated", "device_fails_after_copies")
 ACS_FLAGS = (
     "source_validation",
@@ -225,6 +228,8 @@ def _check_gpu(
     link.setdefault("gen_idle", link["max_gen"])
     keys = ("max_gen_gpu", "max_width_gpu", "width", "gen_idle")
     _check_link(check, link, f"{where}.link", keys)
+    link.setdefault("ramp_ms", DEFAULT_LINK_RAMP_MS)
+    check.integer(link["ramp_ms"], f"{where}.link.ramp_ms", 0, 60_000)
     if link["max_gen"] > link["max_gen_gpu"] or link["max_width"] > link["max_width_gpu"]:
         check.fail(f"{where}.link", "max_gen/max_width above the GPU's own", "lower them")
     if link["width"] > link["max_width"] or link["gen_idle"] > link["max_gen"]:

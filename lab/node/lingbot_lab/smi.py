@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lingbot_lab import persistence
+from lingbot_lab.profile import DEFAULT_LINK_RAMP_MS
 
 # nvidia-smi return values (man nvidia-smi).
 EXIT_OK = 0
@@ -74,6 +75,7 @@ class GpuView:
     info: dict[str, Any]
     persistence_enabled: bool
     busy: bool
+    load_s: float = 0.0  # how long the current load has lasted (seconds)
 
     @property
     def index(self) -> int:
@@ -89,7 +91,9 @@ class GpuView:
 
     @property
     def link_gen_current(self) -> int:
-        return int(self.link["gen_load"] if self.busy else self.link["gen_idle"])
+        """gen_load once the load has lasted the link's ramp time, else gen_idle."""
+        ramped = self.busy and self.load_s * 1000 >= self.link.get("ramp_ms", DEFAULT_LINK_RAMP_MS)
+        return int(self.link["gen_load"] if ramped else self.link["gen_idle"])
 
     @property
     def link_gen_host_max(self) -> int:
@@ -125,14 +129,18 @@ class GpuView:
 
 
 def gpu_views(state: dict[str, Any], root: Path, now_s: float) -> list[GpuView]:
-    return [
-        GpuView(
-            info=gpu,
-            persistence_enabled=persistence.read_persistence(root, gpu),
-            busy=persistence.gpu_busy(root, gpu["index"], now_s),
+    views = []
+    for gpu in state["gpus"]:
+        load_s = persistence.gpu_load(root, gpu["index"], now_s)
+        views.append(
+            GpuView(
+                info=gpu,
+                persistence_enabled=persistence.read_persistence(root, gpu),
+                busy=load_s is not None,
+                load_s=load_s or 0.0,
+            )
         )
-        for gpu in state["gpus"]
-    ]
+    return views
 
 
 # ----------------------------------------------------------------------------- small values

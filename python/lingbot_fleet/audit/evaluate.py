@@ -18,8 +18,9 @@ from ..cmdline import PolicyError, build_policy, check_policy, iommu_vendor_swit
 from ..facts import schema_problems
 from ..findings import Finding
 from ..lingbot_config import ConfigError, build_config
-from ..linkcheck import LinkPolicy, check_links, load_from_probe
+from ..linkcheck import LinkPolicy, check_links, load_from_probe, probe_gpu_findings
 from ..plan import POLICY_KEYS, PlanInputError, build_plan
+from ..probe import fill_skipped
 
 # Words of the boot entry that are not kernel policy: the image and the root device.
 BOOT_ONLY_PREFIXES = ("BOOT_IMAGE=", "root=", "initrd=")
@@ -167,7 +168,14 @@ def probe_summary(probe: Mapping[str, Any], source: str) -> dict[str, Any]:
     }
 
 
-def probe_findings(summary: Mapping[str, Any] | None) -> list[Finding]:
+def probe_findings(
+    summary: Mapping[str, Any] | None,
+    probe: Mapping[str, Any] | None = None,
+    facts: Mapping[str, Any] | None = None,
+) -> list[Finding]:
+    """PROBE_MISSING; a data check that failed; a GPU the driver could not use (error or
+    critical, subject its bus id: linkcheck.probe_gpu_findings); what else the probe
+    could not measure (PROBE_ERRORS)."""
     if summary is None:
         return [
             Finding(
@@ -179,7 +187,7 @@ def probe_findings(summary: Mapping[str, Any] | None) -> list[Finding]:
                 fix="run site.yml (role p2p_probe) or the audit with -e audit_probe=true",
             )
         ]
-    findings = []
+    findings = probe_gpu_findings(probe, facts)
     for pair in summary["data_check_failed"]:
         findings.append(
             Finding(
@@ -535,7 +543,10 @@ def evaluate_node(
         findings.append(unreadable("facts", error))
         facts = None
 
-    probe = fresh_probe
+    saved_probe = node.get("probe")
+    if section_error(saved_probe) is not None:
+        saved_probe = None
+    probe = fill_skipped(dict(fresh_probe), saved_probe) if fresh_probe else None
     probe_source = "fresh"
     if probe is None:
         probe, probe_source = node.get("probe"), "saved"
@@ -548,7 +559,10 @@ def evaluate_node(
     findings += link_findings
     if facts:
         findings += persistence_findings(facts)
-    findings += probe_findings(probe_info)
+    gpu_probe_findings = probe_findings(probe_info, probe, facts)
+    findings += gpu_probe_findings
+    # The planner leaves out GPUs with findings by subject (bus id), as on the deploy path.
+    link_findings = link_findings + [f for f in gpu_probe_findings if f.code == "PROBE_GPU_FAILED"]
 
     kernel = None
     if section_error(node.get("kernel")) is None and node.get("kernel"):

@@ -1,8 +1,12 @@
-"""Link under load: a short host-to-device copy through libcuda while sampling the link.
+"""Link under load: copies sustained long enough for the link to train up, then one reading.
 
-The copy runs in this thread (ctypes releases the GIL during driver calls); a sampler
-thread reads the current link generation, width and performance state every interval,
-through NVML when pynvml imports, else through nvidia-smi.
+A GPU idles its PCIe link at a low generation and retrains it once it is busy, which
+takes a while. A reading follows DCGM's rule: the copies run for at least `min_load_s`
+before it and go on while it is taken, the performance state is read before and after
+the link, and the reading counts only when the GPU was in P0 at both ends (the judge,
+lingbot_fleet.linkcheck, applies that rule and the minimum load). The copies run in the
+calling thread (ctypes releases the GIL during driver calls); the reading is taken by a
+helper thread through NVML when pynvml imports, else through nvidia-smi.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ from .smi import SmiUnavailableError, run_smi
 
 Sample = dict[str, Any]
 Sampler = Callable[[str], Sample]
+# The longest a reading may take once the load has lasted its minimum: three nvidia-smi
+# calls within their own timeout.
+READING_TIMEOUT_S = 40.0
 
 
 def nvml_sampler(pynvml: Any) -> Sampler:
@@ -51,39 +58,75 @@ def smi_sampler(command: Sequence[str]) -> Sampler:
     return sample
 
 
-def sample_during(
-    sampler: Sampler, bus_id: str, interval_s: float, work: Callable[[], Any]
-) -> tuple[Any, list[Sample]]:
-    """Run `work` while sampling the GPU every `interval_s`; (work's result, samples)."""
-    samples: list[Sample] = []
-    done = threading.Event()
-    started_s = time.monotonic()
+class LinkReading:
+    """One GPU's link read under sustained load.
 
-    def loop() -> None:
-        while not done.is_set():
-            take()
-            done.wait(interval_s)
+    Use it around the load: ``with LinkReading(...) as reading:`` copy, and ask
+    ``reading.done()`` after every copy; stop once it is true. The load is counted from
+    the first ``done()`` (the end of the first copy). Then ``reading.result`` is ``{gen,
+    width, performance_state, pstate_before, pstate_after, load_s}`` (``load_s``: how long
+    the copies had run when the reading began), or ``{error, load_s}`` when the GPU could
+    not be read.
+    """
 
-    def take() -> None:
+    def __init__(
+        self,
+        sampler: Sampler,
+        bus_id: str,
+        min_load_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._sampler = sampler
+        self._bus_id = bus_id
+        self._min_load_s = min_load_s
+        self._clock = clock
+        self._started_s: float | None = None
+        self._stopped = threading.Event()
+        self._finished = threading.Event()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self.result: dict[str, Any] = {}
+
+    def __enter__(self) -> LinkReading:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stopped.set()
+        if self._started_s is not None:
+            self._thread.join()
+        if not self.result:
+            load_s = 0.0 if self._started_s is None else self._clock() - self._started_s
+            self.result = {"error": "the load ended before the reading", "load_s": round(load_s, 3)}
+
+    def done(self) -> bool:
+        """The reading is taken (or gave up): the load may stop."""
+        if self._started_s is None:
+            self._started_s = self._clock()
+            self._thread.start()
+        deadline_s = self._started_s + self._min_load_s + READING_TIMEOUT_S
+        return self._finished.is_set() or self._clock() > deadline_s
+
+    def _read(self) -> None:
+        assert self._started_s is not None
+        wait_s = self._started_s + self._min_load_s - self._clock()
+        if wait_s > 0 and self._stopped.wait(wait_s):
+            return
+        load_s = round(self._clock() - self._started_s, 3)
         try:
-            reading = sampler(bus_id)
-        except Exception as error:  # a failed reading is recorded, not fatal
-            reading = {"error": str(error)}
-        samples.append({"t_s": round(time.monotonic() - started_s, 4), **reading})
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    try:
-        result = work()
-        # One reading as the last copy completes, so a short load is never missed by
-        # the sampler's interval (the link stays up for a while after a copy).
-        done.set()
-        thread.join()
-        take()
-    finally:
-        done.set()
-        thread.join()
-    return result, samples
+            before = self._sampler(self._bus_id)
+            link = self._sampler(self._bus_id)
+            after = self._sampler(self._bus_id)
+        except Exception as error:  # a failed reading is reported, not fatal
+            self.result = {"error": str(error), "load_s": load_s}
+        else:
+            self.result = {
+                "gen": link.get("gen"),
+                "width": link.get("width"),
+                "performance_state": link.get("pstate"),
+                "pstate_before": before.get("pstate"),
+                "pstate_after": after.get("pstate"),
+                "load_s": load_s,
+            }
+        self._finished.set()
 
 
 def _start_nvml(nvml_python_path: Sequence[str]) -> tuple[Any, str | None]:
@@ -104,18 +147,19 @@ def link_under_load(
     cuda_library: str = "libcuda.so.1",
     duration_s: float = 1.0,
     size_bytes: int = 64 << 20,
-    interval_s: float = 0.05,
     nvml_python_path: Sequence[str] = (),
     smi_command: Sequence[str] = ("nvidia-smi",),
     use_nvml: bool = True,
 ) -> dict[str, Any]:
-    """Per GPU: whether a load could be made, the copy's bandwidth and the link samples."""
+    """Per GPU, all GPUs at once: host-to-device copies for `duration_s`, then a reading
+    of the link while they go on (LinkReading), and the copies' bandwidth."""
     pynvml, note = _start_nvml(nvml_python_path) if use_nvml else (None, "turned off")
     if note:
         note = f"NVML not used for sampling: {note}; sampling through nvidia-smi"
     sampler = nvml_sampler(pynvml) if pynvml is not None else smi_sampler(smi_command)
     result: dict[str, Any] = {
         "sampler": "nvml" if pynvml is not None else "nvidia-smi",
+        "min_load_s": duration_s,
         "notes": [note] if note else [],
         "gpus": [],
     }
@@ -128,17 +172,19 @@ def link_under_load(
             result["reason"] = str(error)
             return result
         result["possible"] = True
-        for ordinal in range(count):
-            result["gpus"].append(
-                _one_gpu(
-                    driver,
-                    ordinal,
-                    sampler,
-                    duration_s=duration_s,
-                    size_bytes=size_bytes,
-                    interval_s=interval_s,
-                )
+        entries: list[dict[str, Any]] = [{} for _ in range(count)]
+
+        def load(ordinal: int) -> None:
+            entries[ordinal] = _one_gpu(
+                driver, ordinal, sampler, duration_s=duration_s, size_bytes=size_bytes
             )
+
+        threads = [threading.Thread(target=load, args=(ordinal,)) for ordinal in range(count)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        result["gpus"] = entries
     finally:
         if pynvml is not None:
             pynvml.nvmlShutdown()
@@ -146,13 +192,7 @@ def link_under_load(
 
 
 def _one_gpu(
-    driver: CudaDriver,
-    ordinal: int,
-    sampler: Sampler,
-    *,
-    duration_s: float,
-    size_bytes: int,
-    interval_s: float,
+    driver: CudaDriver, ordinal: int, sampler: Sampler, *, duration_s: float, size_bytes: int
 ) -> dict[str, Any]:
     try:
         bus_id = bus_id_from_nvml(driver.pci_bus_id(driver.device(ordinal)))
@@ -160,12 +200,10 @@ def _one_gpu(
         return {"ordinal": ordinal, "bus_id": None, "possible": False, "reason": str(error)}
     entry: dict[str, Any] = {"ordinal": ordinal, "bus_id": bus_id}
     try:
-        copy, samples = sample_during(
-            sampler,
-            bus_id,
-            interval_s,
-            lambda: host_to_device_load(driver, ordinal, size_bytes, duration_s),
-        )
+        with LinkReading(sampler, bus_id, duration_s) as reading:
+            copy = host_to_device_load(
+                driver, ordinal, size_bytes, duration_s + READING_TIMEOUT_S, stop=reading.done
+            )
     except (CudaError, SmiUnavailableError) as error:
         return {**entry, "possible": False, "reason": str(error)}
     return {
@@ -175,5 +213,5 @@ def _one_gpu(
         "copied_bytes": copy.copied_bytes,
         "elapsed_ms": round(copy.elapsed_ms, 3),
         "h2d_gbytes_per_s": round(copy.gbytes_per_s, 3),
-        "samples": samples,
+        "reading": reading.result,
     }

@@ -1,7 +1,9 @@
 """Read GPUs, topology and P2P status through NVML (pynvml from nvidia-ml-py).
 
 pynvml is imported lazily, inside `load_pynvml`, so nodes without it fall back to
-nvidia-smi. NVML answers in index order (PCI bus order).
+nvidia-smi. NVML answers in index order (PCI bus order). A GPU whose handle NVML gives
+but which then fails a required call (lost in between) is reported lost with the error,
+and its fields come from sysfs, like a GPU NVML refuses outright; the others are read on.
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-TOPOLOGY_WORDS = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+# nvmlGpuTopologyLevel_t between two different GPUs, as nvidia-smi topo -m words. INTERNAL
+# (0) is two GPUs on one board (K80, dual-GPU cards): behind the board's own PCIe switch,
+# which nvidia-smi shows as PIX. X is only ever a GPU with itself.
+TOPOLOGY_WORDS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 P2P_WORDS = {0: "OK", 1: "CNS", 2: "GNS", 3: "TNS", 4: "DR", 5: "NS", 6: "U"}
 # nvmlGpuP2PCapsIndex_t (pynvml's READ constant is a tuple by mistake, so use numbers).
 P2P_CAPS = {"read": 0, "write": 1, "nvlink": 2, "atomics": 3}
@@ -106,8 +111,14 @@ class NvmlReader:
                 self.handles.append(None)
                 gpus.append({"index": index, "lost": True, "error": str(error)})
                 continue
+            try:
+                gpu = self.gpu(index, handle)
+            except self.nvml.NVMLError as error:
+                self.handles.append(None)
+                gpus.append({"index": index, "lost": True, "error": str(error)})
+                continue
             self.handles.append(handle)
-            gpus.append(self.gpu(index, handle))
+            gpus.append(gpu)
         return gpus
 
     def gpu(self, index: int, handle: Any) -> dict[str, Any]:

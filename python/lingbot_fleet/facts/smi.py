@@ -1,7 +1,10 @@
 """The nvidia-smi fallback: the same GPU fields as NVML, read when pynvml is not importable.
 
 Commands run as argv lists in the C locale: one --query-gpu CSV, `topo -m` and
-`topo -p2p r|w|n|a`. The matrices are read with the offline parsers.
+`topo -p2p r|w|n|a`. The matrices are read with the offline parsers. Drivers older than
+the `pcie.link.gen.gpumax` field refuse the whole query (exit 2, `Field ... is not a valid
+field to query.`): it is asked again without that field, and the GPU's own maximum
+generation then comes from sysfs.
 """
 
 from __future__ import annotations
@@ -29,14 +32,22 @@ QUERY_FIELDS = (
     "mig.mode.current",
     "driver_version",
 )
+# Fields older drivers do not know; a query that names one is refused as a whole.
+OPTIONAL_FIELDS = ("pcie.link.gen.gpumax",)
 P2P_LETTERS = {"read": "r", "write": "w", "nvlink": "n", "atomics": "a"}
 COMMAND_TIMEOUT_S = 30
 # nvidia-smi exits 15 when a GPU is lost but still prints the others.
 EXIT_GPU_LOST = 15
+EXIT_INVALID_ARGUMENT = 2
 
 
 class SmiUnavailableError(Exception):
     """nvidia-smi is missing or failed; str() names the command, exit status and output."""
+
+    def __init__(self, message: str, returncode: int | None = None, output: str = "") -> None:
+        super().__init__(message)
+        self.returncode = returncode
+        self.output = output
 
 
 def run_smi(command: Sequence[str], arguments: Sequence[str]) -> str:
@@ -54,9 +65,11 @@ def run_smi(command: Sequence[str], arguments: Sequence[str]) -> str:
     except (OSError, subprocess.TimeoutExpired) as error:
         raise SmiUnavailableError(f"{' '.join(argv)}: {error}") from None
     if result.returncode not in (0, EXIT_GPU_LOST):
+        output = (result.stdout + result.stderr).strip()
         raise SmiUnavailableError(
-            f"{' '.join(argv)} exited {result.returncode}: "
-            f"{(result.stdout + result.stderr).strip()[:400]}"
+            f"{' '.join(argv)} exited {result.returncode}: {output[:400]}",
+            returncode=result.returncode,
+            output=output,
         )
     return result.stdout
 
@@ -69,17 +82,21 @@ def _enabled(text: str) -> bool | None:
     return {"enabled": True, "disabled": False}.get(text.strip().lower())
 
 
-def parse_query_rows(text: str) -> tuple[list[dict[str, Any]], str | None]:
-    """GPUs and the driver version from `--query-gpu=<QUERY_FIELDS> --format=csv,noheader,nounits`.
+def parse_query_rows(
+    text: str, fields: Sequence[str] = QUERY_FIELDS
+) -> tuple[list[dict[str, Any]], str | None]:
+    """GPUs and the driver version from `--query-gpu=<fields> --format=csv,noheader,nounits`.
 
-    Lines that are not full rows (a lost GPU's error message) are skipped.
+    Lines that are not full rows (a lost GPU's error message) are skipped; a field left out
+    of `fields` (OPTIONAL_FIELDS) reads as unknown.
     """
     gpus: list[dict[str, Any]] = []
     driver_version = None
     for row in csv.reader(text.splitlines(), skipinitialspace=True):
-        if len(row) != len(QUERY_FIELDS) or not row[0].strip().isdigit():
+        if len(row) != len(fields) or not row[0].strip().isdigit():
             continue
-        values = dict(zip(QUERY_FIELDS, (cell.strip() for cell in row), strict=True))
+        values = dict.fromkeys(OPTIONAL_FIELDS, "")
+        values.update(zip(fields, (cell.strip() for cell in row), strict=True))
         driver_version = values["driver_version"]
         mig = values["mig.mode.current"].lower()
         gpus.append(
@@ -111,15 +128,37 @@ def _matrix_by_index(gpu_count: int, cells: dict[str, dict[str, str]]) -> list[l
     ]
 
 
+def _refused_field(error: SmiUnavailableError, fields: Sequence[str]) -> str | None:
+    """The optional field an older driver refused the query for, if that is what happened."""
+    if error.returncode != EXIT_INVALID_ARGUMENT or "is not a valid field" not in error.output:
+        return None
+    return next((f for f in OPTIONAL_FIELDS if f in fields and f'"{f}"' in error.output), None)
+
+
+def query_gpus(command: Sequence[str]) -> tuple[tuple[str, ...], str]:
+    """(the fields asked, the CSV): QUERY_FIELDS, less the optional ones the driver refuses."""
+    fields = QUERY_FIELDS
+    while True:
+        try:
+            text = run_smi(
+                command, [f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
+            )
+        except SmiUnavailableError as error:
+            refused = _refused_field(error, fields)
+            if refused is None:
+                raise
+            fields = tuple(field for field in fields if field != refused)
+            continue
+        return fields, text
+
+
 def read_smi(command: Sequence[str] = ("nvidia-smi",)) -> dict[str, Any]:
     """Everything the fallback tells: driver version, GPUs, topology matrix, P2P status."""
     from ..parsers.p2p import parse_p2p  # noqa: PLC0415  (only the fallback needs them)
     from ..parsers.topo import parse_topo  # noqa: PLC0415
 
-    query = run_smi(
-        command, [f"--query-gpu={','.join(QUERY_FIELDS)}", "--format=csv,noheader,nounits"]
-    )
-    gpus, driver_version = parse_query_rows(query)
+    fields, query = query_gpus(command)
+    gpus, driver_version = parse_query_rows(query, fields)
     count = max((gpu["index"] for gpu in gpus), default=-1) + 1
     topology: list[list[str | None]] = []
     p2p: dict[str, list[list[str | None]]] = {}

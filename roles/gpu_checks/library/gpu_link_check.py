@@ -89,7 +89,7 @@ summary:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.lingbot_fleet.linkcheck import FAIL_ON_CHOICES, judge_links
+from ansible.module_utils.lingbot_fleet.linkcheck import FAIL_ON_CHOICES, MIN_LOAD_S, judge_links
 
 ARGUMENT_SPEC = {
     "facts": {"type": "dict", "required": True},
@@ -99,6 +99,8 @@ ARGUMENT_SPEC = {
     "expected_link_default": {"type": "dict", "default": {}},
     "chipset_bridge_ids": {"type": "list", "elements": "str", "default": []},
     "numa_node_count": {"type": "int", "default": 0},
+    "load_min_s": {"type": "float", "default": MIN_LOAD_S},
+    "probe_max_age_s": {"type": "float", "default": 3600.0},
     "fail_on": {"type": "str", "choices": list(FAIL_ON_CHOICES), "default": "error"},
 }
 
@@ -113,6 +115,7 @@ def run_module() -> None:
             load=params["load"],
             probe=params["probe"],
             fail_on=params["fail_on"],
+            probe_max_age_s=params["probe_max_age_s"],
         )
     except ValueError as error:
         module.fail_json(msg=str(error))

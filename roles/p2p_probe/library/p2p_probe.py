@@ -8,14 +8,18 @@ DOCUMENTATION = r"""
 module: p2p_probe
 short_description: Measure GPU host and peer-to-peer bandwidth, latency and data integrity
 description:
-  - Through the driver's libcuda.so.1 (ctypes, no CUDA toolkit) measures per GPU the pinned
-    host-to-device and device-to-host bandwidth (the probing thread bound to the GPU's local
-    CPUs, the link sampled under load through NVML or nvidia-smi), and per ordered GPU pair
+  - Through the driver's libcuda.so.1 (ctypes, no CUDA toolkit) measures per GPU the link
+    under sustained host-to-device copies (generation, width and performance state before
+    and after, through NVML or nvidia-smi) and the pinned host-to-device and device-to-host
+    bandwidth (the probing thread bound to the GPU's local CPUs), and per ordered GPU pair
     the unidirectional and bidirectional bandwidth and small-copy latency with peer access
     enabled and disabled (host-staged), plus a data check of a peer-to-peer write.
-  - Returns the result document (docs/probe.md of lingbot-fleet) as C(probe) and as
+  - Figures follow nvbandwidth's method (large buffers, warm-up copies, the median of
+    several timed samples); docs/probe.md of lingbot-fleet gives the defaults.
+  - Returns the result document (docs/probe.md) as C(probe) and as
     C(ansible_facts.lingbot_probe), and saves it as C(latest.json) plus a timestamped copy
-    in I(save_dir) (written atomically; the newest I(keep) copies are kept).
+    in I(save_dir) (written atomically; the newest I(keep) copies are kept), unless
+    I(save) is false.
   - C(changed) is always false. Measuring only reads the GPUs; the saved files are a cache
     of the measurement for the audit and the planner, not configuration a user manages,
     so rewriting them is not reported as a change.
@@ -24,15 +28,32 @@ description:
     saved.
   - With I(read_only), nothing is measured: the last saved result is returned (null when
     there is none).
+  - In check mode the GPUs that serve LingBot (those of the plan at I(plan_path)) are left
+    out, with a C(skipped) reason, unless I(probe_serving_gpus) is true; their entries (and
+    their pairs') are then taken from the saved result when it was taken on the same GPUs
+    (marked C(from_probe)).
 options:
   size_mib:
-    description: Size of each bandwidth copy in MiB.
+    description: Size of each bandwidth copy (the buffers) in MiB.
     type: int
-    default: 64
+    default: 256
   repetitions:
-    description: Timed copies per bandwidth figure (the median is reported).
+    description: Timed samples per bandwidth figure (the median is reported).
     type: int
-    default: 5
+    default: 3
+  copies_per_sample:
+    description: Copies between the two events of one timed sample.
+    type: int
+    default: 1
+  warmup_copies:
+    description: Untimed copies before a figure's samples.
+    type: int
+    default: 1
+  link_load_s:
+    description: Seconds of sustained host-to-device copies before each GPU's link is read
+      (0 skips the reading).
+    type: float
+    default: 0.5
   latency_repetitions:
     description: Timed 4-byte copies per latency figure (the median is reported).
     type: int
@@ -55,10 +76,30 @@ options:
     description: Timestamped copies kept in I(save_dir) (the newest).
     type: int
     default: 10
+  save:
+    description: Save the result in I(save_dir). False measures and returns the result
+      only (a look that must not replace what the planner reads).
+    type: bool
+    default: true
+  parameters_from:
+    description:
+      - A saved probe document (e.g. C(latest.json)) whose figure parameters (size,
+        samples, copies per sample, warm-up, latency) this probe uses instead of the
+        options, so the two compare like with like. When the file is missing or has no
+        parameters, the options apply.
+    type: path
+  probe_serving_gpus:
+    description: In check mode, also run copies on the GPUs that serve LingBot.
+    type: bool
+    default: false
+  plan_path:
+    description: The plan in force; its instances' GPUs are the ones that serve LingBot.
+    type: path
+    default: /etc/lingbot/plan.json
   max_age_s:
     description:
       - Reuse the saved result instead of measuring while it is younger than this and was
-        taken on the same GPUs (UUIDs). 0 always measures.
+        taken on the same GPUs (UUIDs) with the same figure parameters. 0 always measures.
     type: float
     default: 0.0
   read_only:
@@ -93,7 +134,8 @@ options:
 attributes:
   check_mode:
     support: full
-    details: Measures (read-only on the GPUs) but writes no file.
+    details: Measures (read-only on the GPUs, leaving out the GPUs that serve LingBot unless
+      I(probe_serving_gpus)) but writes no file.
   diff_mode:
     support: none
   facts:
@@ -111,6 +153,11 @@ EXAMPLES = r"""
 - name: Return the last saved result (audit)
   p2p_probe:
     read_only: true
+
+- name: Measure again with the saved probe's sizes, saving nothing
+  p2p_probe:
+    parameters_from: /var/lib/lingbot-fleet/probe/latest.json
+    save: false
 """
 
 RETURN = r"""
@@ -121,7 +168,7 @@ probe:
   type: dict
 saved:
   description: latest (path), copy (path) and pruned (paths) of the files written; empty
-    in check mode and read_only mode.
+    in check mode, read_only mode and with save false.
   returned: always
   type: dict
 ansible_facts:
@@ -130,6 +177,7 @@ ansible_facts:
   type: dict
 """
 
+import json
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -139,11 +187,15 @@ from ansible.module_utils.lingbot_fleet.probe import (
     MIB,
     PROBE_FACT_NAME,
     ProbeParameters,
+    figure_parameters,
+    fill_skipped,
     load_saved_probe,
     parse_pairs,
+    read_plan,
     reuse_reason,
     run_probe,
     save_probe,
+    serving_gpus,
     start_link_sampler,
 )
 
@@ -160,17 +212,40 @@ def read_only_result(module: AnsibleModule) -> None:
     module.exit_json(changed=False, probe=probe, saved={}, msg=msg)
 
 
-def parameters_from(module: AnsibleModule) -> ProbeParameters:
+def figures_like(path: str | None) -> tuple[dict, str | None]:
+    """The figure parameters of the saved probe at `path` ({} when there is none usable)."""
+    if not path:
+        return {}, None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            saved = json.load(handle)
+    except (OSError, ValueError) as error:
+        return {}, f"parameters_from {path} not used ({error}); the options apply"
+    figures = figure_parameters(saved if isinstance(saved, dict) else None)
+    if not figures or any(value is None for value in figures.values()):
+        return {}, f"parameters_from {path} has no complete parameters; the options apply"
+    note = f"figure parameters taken from {path} (the probe of {saved.get('timestamp')})"
+    return figures, note
+
+
+def parameters_from(module: AnsibleModule) -> tuple[ProbeParameters, str | None]:
     params = module.params
     try:
         pairs = parse_pairs(params["pairs"])
     except ValueError as error:
         module.fail_json(msg=str(error))
+    figures, note = figures_like(params["parameters_from"])
     parameters = ProbeParameters(
-        size_bytes=params["size_mib"] * MIB,
-        repetitions=params["repetitions"],
-        latency_repetitions=params["latency_repetitions"],
+        **{
+            "size_bytes": params["size_mib"] * MIB,
+            "repetitions": params["repetitions"],
+            "copies_per_sample": params["copies_per_sample"],
+            "warmup_copies": params["warmup_copies"],
+            "latency_repetitions": params["latency_repetitions"],
+            **figures,
+        },
         time_budget_s=params["time_budget_s"],
+        link_load_s=params["link_load_s"],
         pairs=pairs,
     )
     # size_bytes is what the module computes from size_mib: name the option instead.
@@ -181,19 +256,26 @@ def parameters_from(module: AnsibleModule) -> ProbeParameters:
         problems.append(f"keep must be at least 1, not {params['keep']}")
     if problems:
         module.fail_json(msg="; ".join(problems))
-    return parameters
+    return parameters, note
 
 
 def run_module() -> None:
     module = AnsibleModule(
         argument_spec={
-            "size_mib": {"type": "int", "default": 64},
-            "repetitions": {"type": "int", "default": 5},
+            "size_mib": {"type": "int", "default": 256},
+            "repetitions": {"type": "int", "default": 3},
+            "copies_per_sample": {"type": "int", "default": 1},
+            "warmup_copies": {"type": "int", "default": 1},
+            "link_load_s": {"type": "float", "default": 0.5},
             "latency_repetitions": {"type": "int", "default": 50},
             "time_budget_s": {"type": "float", "default": 45.0},
             "pairs": {"type": "raw", "default": "all"},
             "save_dir": {"type": "path", "default": "/var/lib/lingbot-fleet/probe"},
             "keep": {"type": "int", "default": 10},
+            "save": {"type": "bool", "default": True},
+            "parameters_from": {"type": "path"},
+            "probe_serving_gpus": {"type": "bool", "default": False},
+            "plan_path": {"type": "path", "default": "/etc/lingbot/plan.json"},
             "read_only": {"type": "bool", "default": False},
             "max_age_s": {"type": "float", "default": 0.0},
             "facts": {"type": "dict"},
@@ -208,7 +290,7 @@ def run_module() -> None:
     params = module.params
     if params["read_only"]:
         read_only_result(module)
-    parameters = parameters_from(module)
+    parameters, parameters_note = parameters_from(module)
     python_path = params["nvml_python_path"]
     smi = module.get_bin_path(params["nvidia_smi"]) or params["nvidia_smi"]
     facts = params["facts"] or gather_facts(
@@ -218,7 +300,7 @@ def run_module() -> None:
         smi_command=[smi],
     )
     saved_probe = load_saved_probe(params["save_dir"])
-    reused = reuse_reason(saved_probe, facts, params["max_age_s"], time.time())
+    reused = reuse_reason(saved_probe, facts, params["max_age_s"], time.time(), parameters)
     if reused:
         module.exit_json(
             changed=False,
@@ -227,15 +309,34 @@ def run_module() -> None:
             msg=reused,
             ansible_facts={PROBE_FACT_NAME: saved_probe},
         )
+    skip = {}
+    if module.check_mode and not params["probe_serving_gpus"]:
+        plan_path = params["plan_path"]
+        skip = {
+            key: f"{why}; check mode runs no copies on it (probe_serving_gpus measures it)"
+            for key, why in serving_gpus(read_plan(plan_path), plan_path).items()
+        }
     sampler, stop_sampler, note = start_link_sampler(params["use_nvml"], python_path, [smi])
     try:
-        probe = run_probe(facts, parameters, cuda_library=params["cuda_library"], sampler=sampler)
+        probe = run_probe(
+            facts, parameters, cuda_library=params["cuda_library"], sampler=sampler, skip=skip
+        )
     finally:
         stop_sampler()
-    if note:
-        probe["notes"].append(note)
-    if module.check_mode:
-        msg = f"measured; check mode: nothing written to {params['save_dir']}"
+    probe["notes"] += [text for text in (parameters_note, note) if text]
+    if skip:
+        # What the planner reads in check mode: the left-out GPUs' last saved figures.
+        filled = fill_skipped(probe, saved_probe)
+        if filled is not probe:
+            filled["notes"] = [
+                *probe["notes"],
+                f"entries left out are taken from the saved probe of {saved_probe['timestamp']}"
+                " (from_probe)",
+            ]
+            probe = filled
+    if module.check_mode or not params["save"]:
+        why = "check mode" if module.check_mode else "save is false"
+        msg = f"measured; {why}: nothing written to {params['save_dir']}"
         saved: dict = {}
     else:
         try:

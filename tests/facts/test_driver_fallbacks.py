@@ -1,0 +1,96 @@
+"""What the facts do when the driver answers less: older nvidia-smi, a GPU lost mid-read,
+NVML's INTERNAL topology level."""
+
+from __future__ import annotations
+
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from facts_support import LAB_SMI, LabNode, a6000_pair, boot_lab_node
+
+from lingbot_fleet.facts import gather_facts
+
+OLD_DRIVER_SMI = """#!/bin/sh
+# nvidia-smi of a driver older than the pcie.link.gen.gpumax field.
+case "$*" in
+  *pcie.link.gen.gpumax*)
+    echo 'Field "pcie.link.gen.gpumax" is not a valid field to query.'
+    echo
+    echo "Please run 'nvidia-smi --help-query-gpu' for the list of valid fields."
+    exit 2;;
+esac
+exec {python} {smi} "$@"
+"""
+
+
+@pytest.fixture
+def pair_node(tmp_path: Path, lab_env: Any) -> LabNode:
+    node = boot_lab_node(a6000_pair(), tmp_path)
+    lab_env(node)
+    return node
+
+
+def test_nvidia_smi_without_the_gpumax_field_is_asked_again(
+    pair_node: LabNode, tmp_path: Path, no_pynvml: None
+) -> None:
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(OLD_DRIVER_SMI.format(python=sys.executable, smi=LAB_SMI))
+    smi.chmod(smi.stat().st_mode | stat.S_IXUSR)
+    facts = gather_facts(pair_node.root, smi_command=[str(smi)])
+    assert facts["sources"]["gpus"] == "nvidia-smi"
+    assert not any("nvidia-smi not usable" in note for note in facts["notes"])
+    want = pair_node.state["gpus"]
+    assert [gpu["uuid"] for gpu in facts["gpus"]] == [gpu["uuid"] for gpu in want]
+    for gpu, state in zip(facts["gpus"], want, strict=True):
+        # The GPU's own maximum generation comes from sysfs (its LnkCap) instead.
+        assert gpu["pcie"]["max_gen_gpu"] == state["link"]["max_gen_gpu"]
+        assert gpu["pcie"]["max_gen"] == state["link"]["max_gen"]
+    assert facts["topology"] == [["X", "PHB"], ["PHB", "X"]]
+
+
+def test_other_nvidia_smi_failures_still_fall_back_to_sysfs(
+    pair_node: LabNode, tmp_path: Path, no_pynvml: None
+) -> None:
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(
+        "#!/bin/sh\necho 'Failed to initialize NVML: Driver/library mismatch'\nexit 18\n"
+    )
+    smi.chmod(smi.stat().st_mode | stat.S_IXUSR)
+    facts = gather_facts(pair_node.root, smi_command=[str(smi)])
+    assert facts["sources"]["gpus"] == "sysfs"
+    assert any("exited 18: Failed to initialize NVML" in note for note in facts["notes"])
+
+
+def test_a_gpu_lost_after_its_handle_is_reported_lost(
+    pair_node: LabNode, lab_pynvml: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_uuid = lab_pynvml.nvmlDeviceGetUUID
+
+    def uuid_of(handle: Any) -> str:
+        if lab_pynvml.nvmlDeviceGetIndex(handle) == 1:
+            raise lab_pynvml.NVMLError(lab_pynvml.NVML_ERROR_GPU_IS_LOST)
+        return real_uuid(handle)
+
+    monkeypatch.setattr(lab_pynvml, "nvmlDeviceGetUUID", uuid_of)
+    facts = gather_facts(pair_node.root)
+    assert facts["sources"]["gpus"] == "nvml"
+    first, lost = facts["gpus"]
+    assert (first["lost"], first["uuid"]) == (False, pair_node.state["gpus"][0]["uuid"])
+    assert lost["lost"] is True
+    assert "GPU is lost" in lost["error"]
+    assert lost["bus_id"] == pair_node.state["gpus"][1]["bdf"]  # from sysfs
+    assert facts["topology"] == [["X", None], [None, "X"]]
+    assert facts["p2p"]["read"] == [["X", "U"], ["U", "X"]]
+
+
+def test_topology_internal_between_two_gpus_is_not_self(
+    pair_node: LabNode, lab_pynvml: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NVML_TOPOLOGY_INTERNAL (0) between two GPUs: one board (K80 and other dual-GPU cards),
+    behind the board's own switch; nvidia-smi topo -m shows PIX. X is a GPU with itself."""
+    monkeypatch.setattr(lab_pynvml, "nvmlDeviceGetTopologyCommonAncestor", lambda a, b: 0)
+    facts = gather_facts(pair_node.root)
+    assert facts["topology"] == [["X", "PIX"], ["PIX", "X"]]
