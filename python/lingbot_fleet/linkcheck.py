@@ -603,6 +603,22 @@ def probe_gpu_findings(
 FAIL_ON_CHOICES = ("info", "warning", "error", "critical", "never")
 
 
+# The options of the gpu_link_check module and of its action plugin (the same judgement,
+# on the node or on the controller).
+JUDGE_ARGUMENT_SPEC = {
+    "facts": {"type": "dict", "required": True},
+    "load": {"type": "dict"},
+    "probe": {"type": "dict"},
+    "expected_links": {"type": "dict", "default": {}},
+    "expected_link_default": {"type": "dict", "default": {}},
+    "chipset_bridge_ids": {"type": "list", "elements": "str", "default": []},
+    "numa_node_count": {"type": "int", "default": 0},
+    "load_min_s": {"type": "float", "default": MIN_LOAD_S},
+    "probe_max_age_s": {"type": "float", "default": 3600.0},
+    "fail_on": {"type": "str", "choices": list(FAIL_ON_CHOICES), "default": "error"},
+}
+
+
 def judge_links(
     facts: Mapping[str, Any],
     policy_vars: Mapping[str, Any],

@@ -29,17 +29,33 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .atomic import write_atomic, write_json_atomic
 
-__all__ = ["NodeChanges", "NodeFileError", "run_command", "write_atomic", "write_json_atomic"]
+__all__ = [
+    "GENERATION_ARGUMENT_SPEC",
+    "NodeChanges",
+    "NodeFileError",
+    "run_command",
+    "write_atomic",
+    "write_json_atomic",
+]
 
 # Text shown in diffs is cut at this size: a diff is for people, not a copy of the file.
 _DIFF_MAX_BYTES = 64 * 1024
 _C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
+
+
+# The options of every module that writes through NodeChanges (documented by the doc
+# fragment lingbot_generation); ``NodeChanges.for_module`` reads them.
+GENERATION_ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
+    "generation_run_id": {"type": "str"},
+    "generations_dir": {"type": "path", "default": "/var/lib/lingbot-fleet/generations"},
+    "generations_live_runs": {"type": "list", "elements": "str"},
+}
 
 
 class NodeFileError(Exception):
@@ -104,6 +120,20 @@ class NodeChanges:
     lock_ttl_s: float | None = None  # None: runlock.DEFAULT_TTL_S
     lock_notes: list[str] = field(default_factory=list)
     _lock_held: bool = False
+
+    @classmethod
+    def for_module(
+        cls, params: Mapping[str, Any], check_mode: bool, root: str = "/", **extra: Any
+    ) -> NodeChanges:
+        """The NodeChanges of a module call, from the GENERATION_ARGUMENT_SPEC options."""
+        return cls(
+            check_mode=check_mode,
+            root=root,
+            generations_dir=params["generations_dir"],
+            run_id=params["generation_run_id"],
+            live_runs=params["generations_live_runs"],
+            **extra,
+        )
 
     @property
     def changed(self) -> bool:

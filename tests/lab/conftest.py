@@ -42,20 +42,16 @@ class BootedLab:
     def inside(self, spec: NodeSpec, command: str, check: bool = True):
         """Run a command in the node without SSH (nsenter into its init), for faults that
         take SSH away."""
-        merged = str(spec.directory(self.lab.home) / "merged")
         init = None
         for pid in self.lab._nspawn_pids(spec):
             try:
-                if os.readlink(f"/proc/{pid}/root") != merged:
+                if b"systemd-nspawn" not in Path(f"/proc/{pid}/cmdline").read_bytes():
                     continue
-                status = Path(f"/proc/{pid}/status").read_text()
+                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
             except OSError:
                 continue
-            nspid = next(
-                (line.split()[-1] for line in status.splitlines() if line.startswith("NSpid:")), ""
-            )
-            if nspid == "1":
-                init = pid
+            if children:
+                init = int(children[0])
                 break
         assert init is not None, f"{spec.name}: no init process found"
         result = subprocess.run(

@@ -89,20 +89,9 @@ summary:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.lingbot_fleet.linkcheck import FAIL_ON_CHOICES, MIN_LOAD_S, judge_links
+from ansible.module_utils.lingbot_fleet.linkcheck import JUDGE_ARGUMENT_SPEC, judge_links
 
-ARGUMENT_SPEC = {
-    "facts": {"type": "dict", "required": True},
-    "load": {"type": "dict"},
-    "probe": {"type": "dict"},
-    "expected_links": {"type": "dict", "default": {}},
-    "expected_link_default": {"type": "dict", "default": {}},
-    "chipset_bridge_ids": {"type": "list", "elements": "str", "default": []},
-    "numa_node_count": {"type": "int", "default": 0},
-    "load_min_s": {"type": "float", "default": MIN_LOAD_S},
-    "probe_max_age_s": {"type": "float", "default": 3600.0},
-    "fail_on": {"type": "str", "choices": list(FAIL_ON_CHOICES), "default": "error"},
-}
+ARGUMENT_SPEC = JUDGE_ARGUMENT_SPEC
 
 
 def run_module() -> None:

@@ -53,6 +53,8 @@ description:
 version_added: "0.1.0"
 author:
   - lingbot-fleet
+extends_documentation_fragment:
+  - lingbot_generation
 options:
   present:
     description:
@@ -107,22 +109,6 @@ options:
         set.
     type: path
     default: /var/lib/lingbot-fleet/backup
-  generation_run_id:
-    description:
-      - The run id of the generations role (C(generations_run_id)). When set, every file
-        is recorded in C(<generations_dir>/pending/<run id>/) before it is written, and
-        O(backup_dir) is not used.
-    type: str
-  generations_dir:
-    description: Where the generations live (the generations role's C(generations_dir)).
-    type: path
-    default: /var/lib/lingbot-fleet/generations
-  generations_live_runs:
-    description:
-      - The runs this controller still runs (C(generations_live_runs)); a node lock held by
-        another of this controller's runs that is not listed is taken over.
-    type: list
-    elements: str
   root:
     description:
       - Prefix for every path the module reads or writes, for image builds and tests.
@@ -337,7 +323,12 @@ from ansible.module_utils.lingbot_fleet.grub import (
     reboot_pending,
     sourcing_order,
 )
-from ansible.module_utils.lingbot_fleet.nodefiles import NodeChanges, NodeFileError, run_command
+from ansible.module_utils.lingbot_fleet.nodefiles import (
+    GENERATION_ARGUMENT_SPEC,
+    NodeChanges,
+    NodeFileError,
+    run_command,
+)
 
 ARGUMENT_SPEC: dict[str, Any] = {
     "present": {"type": "dict", "default": {}},
@@ -347,13 +338,11 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "dropin_name": {"type": "str", "default": "lingbot-fleet"},
     "update_bootloader": {"type": "bool", "default": True},
     "backup_dir": {"type": "path", "default": "/var/lib/lingbot-fleet/backup"},
-    "generation_run_id": {"type": "str"},
-    "generations_dir": {"type": "path", "default": "/var/lib/lingbot-fleet/generations"},
-    "generations_live_runs": {"type": "list", "elements": "str"},
     "root": {"type": "path", "default": "/"},
     "verify": {"type": "bool", "default": False},
     "verify_gpu_numa": {"type": "bool", "default": True},
     "verify_against": {"type": "str", "choices": ["policy", "configuration"], "default": "policy"},
+    **GENERATION_ARGUMENT_SPEC,
 }
 
 NVIDIA_VENDOR_ID = "0x10de"
@@ -837,12 +826,10 @@ def run_module() -> None:
         if params["verify"]:
             result = verify(params)
         else:
-            changes = NodeChanges(
-                check_mode=module.check_mode,
-                root=params["root"],
-                generations_dir=params["generations_dir"],
-                run_id=params["generation_run_id"],
-                live_runs=params["generations_live_runs"],
+            changes = NodeChanges.for_module(
+                params,
+                module.check_mode,
+                params["root"],
                 backup_dir=None if params["generation_run_id"] else params["backup_dir"],
             )
             result = configure(params, changes, module.get_bin_path)

@@ -35,6 +35,8 @@ description:
   - Every write goes through C(NodeChanges) (saved first into the run's generation when
     O(generation_run_id) is set). In check mode nothing is written, started or restarted;
     the result says what would be.
+extends_documentation_fragment:
+  - lingbot_generation
 options:
   plan:
     description:
@@ -140,21 +142,6 @@ options:
     description: Comment lines at the top of the unit files and C(secrets.env).
     type: str
     default: Managed by lingbot-fleet (role lingbot_service); changes made here are overwritten.
-  generation_run_id:
-    description:
-      - The run id of the generations role (C(generations_run_id)); when set, every file is
-        saved in C(<generations_dir>/pending/<run id>/) before it changes.
-    type: str
-  generations_dir:
-    description: Where the generations live.
-    type: path
-    default: /var/lib/lingbot-fleet/generations
-  generations_live_runs:
-    description:
-      - The runs this controller still runs (C(generations_live_runs)); a node lock held by
-        another of this controller's runs that is not listed is taken over.
-    type: list
-    elements: str
   root:
     description: Directory taken as C(/) for every file (tests); systemctl acts on the host.
     type: path
@@ -253,7 +240,12 @@ from http.client import HTTPConnection, HTTPException
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.lingbot_fleet import lingbot_layout as layout
 from ansible.module_utils.lingbot_fleet.lingbot_config import ConfigError, build_config, to_yaml
-from ansible.module_utils.lingbot_fleet.nodefiles import NodeChanges, NodeFileError, run_command
+from ansible.module_utils.lingbot_fleet.nodefiles import (
+    GENERATION_ARGUMENT_SPEC,
+    NodeChanges,
+    NodeFileError,
+    run_command,
+)
 
 INSTANCE_KEYS = (
     "name",
@@ -797,10 +789,8 @@ ARGUMENT_SPEC = {
     "health_host": {"type": "str", "default": "127.0.0.1"},
     "journal_lines": {"type": "int", "default": 30},
     "header": {"type": "str", "default": layout.MANAGED_HEADER},
-    "generation_run_id": {"type": "str"},
-    "generations_dir": {"type": "path", "default": "/var/lib/lingbot-fleet/generations"},
-    "generations_live_runs": {"type": "list", "elements": "str"},
     "root": {"type": "path", "default": "/"},
+    **GENERATION_ARGUMENT_SPEC,
 }
 
 
@@ -846,13 +836,7 @@ def converge(module: AnsibleModule, changes: NodeChanges, instances: list[dict])
 def run_module() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
-    changes = NodeChanges(
-        check_mode=module.check_mode,
-        root=params["root"],
-        generations_dir=params["generations_dir"],
-        run_id=params["generation_run_id"],
-        live_runs=params["generations_live_runs"],
-    )
+    changes = NodeChanges.for_module(params, module.check_mode, params["root"])
     names: list[str] = []
     try:
         keys = ("name", "port") if params["readiness_only"] else INSTANCE_KEYS

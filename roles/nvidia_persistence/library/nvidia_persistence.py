@@ -27,6 +27,8 @@ description:
     once before reading again. Fails naming the GPUs (bus ids) and the fix.
   - In check mode nothing is written, reloaded or restarted, and the verification is
     skipped (the result's RV(notes) say so).
+extends_documentation_fragment:
+  - lingbot_generation
 options:
   unit:
     description: The daemon's systemd unit.
@@ -76,21 +78,6 @@ options:
         driver's on-demand load (the setuid nvidia-modprobe) does not work there.
     type: bool
     default: true
-  generation_run_id:
-    description:
-      - The run id of the generations role (C(generations_run_id)). When set, the drop-in
-        is recorded in C(<generations_dir>/pending/<run id>/) before it is written or removed.
-    type: str
-  generations_live_runs:
-    description:
-      - The runs this controller still runs (C(generations_live_runs)); a node lock held by
-        another run of this controller that is not among them is taken over.
-    type: list
-    elements: str
-  generations_dir:
-    description: Where the generations live (the generations role's C(generations_dir)).
-    type: path
-    default: /var/lib/lingbot-fleet/generations
   root:
     description:
       - Prefix for every file the module reads or writes (unit files, C(/proc), sysfs), for
@@ -193,7 +180,11 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.lingbot_fleet import persistence
-from ansible.module_utils.lingbot_fleet.nodefiles import NodeChanges, NodeFileError
+from ansible.module_utils.lingbot_fleet.nodefiles import (
+    GENERATION_ARGUMENT_SPEC,
+    NodeChanges,
+    NodeFileError,
+)
 
 
 def read_text(changes: NodeChanges, path: str) -> str | None:
@@ -329,24 +320,16 @@ def run_module() -> None:
             "nvml_python_path": {"type": "list", "elements": "str", "default": []},
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
             "systemctl": {"type": "str", "default": "systemctl"},
-            "generation_run_id": {"type": "str"},
-            "generations_live_runs": {"type": "list", "elements": "str"},
-            "generations_dir": {"type": "path", "default": "/var/lib/lingbot-fleet/generations"},
             "uvm_at_boot": {"type": "bool", "default": True},
             "root": {"type": "path", "default": "/"},
+            **GENERATION_ARGUMENT_SPEC,
         },
         supports_check_mode=True,
     )
     params = module.params
     if params["verify_retries"] < 0 or params["verify_delay_s"] < 0:
         module.fail_json(msg="verify_retries and verify_delay_s must be 0 or more")
-    changes = NodeChanges(
-        check_mode=module.check_mode,
-        root=params["root"],
-        generations_dir=params["generations_dir"],
-        run_id=params["generation_run_id"],
-        live_runs=params["generations_live_runs"],
-    )
+    changes = NodeChanges.for_module(params, module.check_mode, params["root"])
     result: dict = {
         "restarted": False,
         "verified": False,

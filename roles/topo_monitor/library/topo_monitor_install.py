@@ -28,6 +28,8 @@ description:
     under the node's run lock, written atomically and owned by root.
   - Runs C(systemctl daemon-reload) when a unit changed, enables and starts the timer, and
     restarts it when the timer unit changed.
+extends_documentation_fragment:
+  - lingbot_generation
 options:
   app_path:
     description: Where the zipapp goes; also the command operators run.
@@ -98,19 +100,6 @@ options:
     type: list
     elements: path
     default: []
-  generation_run_id:
-    description: The run's generation (roles/generations); without it nothing is recorded.
-    type: str
-  generations_dir:
-    description: Where the node keeps its generations.
-    type: path
-    default: /var/lib/lingbot-fleet/generations
-  generations_live_runs:
-    description:
-      - The runs this controller still runs (C(generations_live_runs)); a node lock held by
-        another of this controller's runs that is not listed is taken over.
-    type: list
-    elements: str
 attributes:
   check_mode:
     support: full
@@ -185,7 +174,12 @@ from ansible.module_utils.lingbot_fleet.monitor.units import (
     UnitValueError,
     unit_files,
 )
-from ansible.module_utils.lingbot_fleet.nodefiles import NodeChanges, NodeFileError, run_command
+from ansible.module_utils.lingbot_fleet.nodefiles import (
+    GENERATION_ARGUMENT_SPEC,
+    NodeChanges,
+    NodeFileError,
+    run_command,
+)
 
 ARGUMENT_SPEC = {
     "app_path": {"type": "path", "default": "/usr/local/sbin/lingbot-fleet-monitor"},
@@ -204,9 +198,7 @@ ARGUMENT_SPEC = {
     "header": {"type": "str", "default": ""},
     "verify": {"type": "bool", "default": True},
     "obsolete_paths": {"type": "list", "elements": "path", "default": []},
-    "generation_run_id": {"type": "str"},
-    "generations_dir": {"type": "path", "default": "/var/lib/lingbot-fleet/generations"},
-    "generations_live_runs": {"type": "list", "elements": "str"},
+    **GENERATION_ARGUMENT_SPEC,
 }
 
 
@@ -392,12 +384,7 @@ def apply_units(module: AnsibleModule, changes: NodeChanges, changed: list[str])
 
 def install(module: AnsibleModule) -> dict:
     params = module.params
-    changes = NodeChanges(
-        check_mode=module.check_mode,
-        generations_dir=params["generations_dir"],
-        run_id=params["generation_run_id"],
-        live_runs=params["generations_live_runs"],
-    )
+    changes = NodeChanges.for_module(params, module.check_mode)
     want = wanted(params)
     unit_paths = {name: os.path.join(params["unit_dir"], name) for name in sorted(want.units)}
     differing = [
