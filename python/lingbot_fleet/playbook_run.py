@@ -78,11 +78,12 @@ def _environment(extra: Mapping[str, str] | None) -> dict[str, str]:
     for name in ("ANSIBLE_CONFIG", "PATH", "HOME"):
         if name in os.environ:
             environment[name] = os.environ[name]
+    environment.update(extra or {})
+    # ansible-playbook of this Python's environment, whatever PATH the caller gives.
     bin_dir = os.path.dirname(sys.executable)
     path = environment.get("PATH", "")
     if bin_dir not in path.split(os.pathsep):
         environment["PATH"] = bin_dir + os.pathsep + path
-    environment.update(extra or {})
     return environment
 
 
@@ -137,7 +138,8 @@ def run_playbook(
         runner = ansible_runner.run(
             private_data_dir=private,
             playbook=str(Path(playbook).resolve()),
-            inventory=str(Path(inventory).resolve()),
+            # A file or directory, or a host list such as "localhost,".
+            inventory=str(Path(inventory).resolve()) if Path(inventory).exists() else inventory,
             limit=limit,
             extravars=dict(extravars or {}),
             cmdline=shlex.join(cmdline) or None,

@@ -10,7 +10,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,8 @@ import yaml
 
 from lingbot_fleet import nodeapp
 from lingbot_fleet.monitor.config import load_config
+from lingbot_fleet.playbook_run import PlaybookRun
+from lingbot_fleet.playbook_run import run_playbook as run_with_events
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "topo_monitor"
@@ -92,7 +93,7 @@ class Node:
 
     def play(
         self, *options: str, run_id: str | None = None, commit: bool = True, **variables: Any
-    ) -> subprocess.CompletedProcess[str]:
+    ) -> PlaybookRun:
         """Open a generation, run the role, commit (unless ``commit`` is false)."""
         play = [
             {"name": "Open", "hosts": "localhost", "gather_facts": False, "roles": ["generations"]},
@@ -122,41 +123,33 @@ def run_playbook(
     extra_vars: dict[str, Any],
     *options: str,
     environment: dict[str, str] | None = None,
-) -> subprocess.CompletedProcess[str]:
+) -> PlaybookRun:
     inventory = tmp_path / "hosts.yml"
     host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     inventory.write_text(json.dumps({"all": {"hosts": {"localhost": host}}}))
     playbook = tmp_path / "play.yml"
     playbook.write_text(yaml.safe_dump(play))
     (tmp_path / "extra.json").write_text(json.dumps(extra_vars))
-    argv = [
-        str(Path(sys.executable).parent / "ansible-playbook"),
-        "-i",
-        str(inventory),
-        str(playbook),
-        "-e",
-        f"@{tmp_path / 'extra.json'}",
-        *options,
-    ]
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
-        "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
-        **(environment or {}),
-    }
-    return subprocess.run(
-        argv, check=False, env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+    return run_with_events(
+        playbook,
+        inventory=inventory,
+        cmdline=["-e", f"@{tmp_path / 'extra.json'}", *options],
+        envvars={
+            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
+            "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
+            **(environment or {}),
+        },
+        timeout_s=300,
     )
 
 
-def recap(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode == 0, done.stdout + done.stderr
+def recap(done: PlaybookRun) -> str:
+    assert done.rc == 0, done.stdout
     return done.stdout.split("PLAY RECAP")[1]
 
 
-def uploads(done: subprocess.CompletedProcess[str]) -> list[str]:
+def uploads(done: PlaybookRun) -> list[str]:
     """The zipapp uploads of the run (the local connection logs every PUT at -vvv)."""
     return [
         line
@@ -290,7 +283,7 @@ def test_a_configuration_the_monitor_refuses_fails_before_anything_is_written(
 ) -> None:
     node = Node(tmp_path)
     done = node.play(topo_monitor_size_mib=0)
-    assert done.returncode != 0
+    assert done.rc != 0
     assert (
         f"configuration {node.config}: size_mib must be at least 1, not 0; nothing was written"
     ) in done.stdout
@@ -301,7 +294,7 @@ def test_a_configuration_the_monitor_refuses_fails_before_anything_is_written(
 def test_units_systemd_refuses_are_not_written(tmp_path: Path) -> None:
     node = Node(tmp_path)
     done = node.play(topo_monitor_interval="5 fortnights")
-    assert done.returncode != 0
+    assert done.rc != 0
     assert "systemd-analyze verify refused the monitor's units; nothing was written" in done.stdout
     assert "lingbot-fleet-monitor.timer:" in done.stdout
     assert node.files() == []
@@ -310,7 +303,7 @@ def test_units_systemd_refuses_are_not_written(tmp_path: Path) -> None:
 def test_role_syntax(tmp_path: Path) -> None:
     play = [{"name": "Monitor", "hosts": "localhost", "roles": ["topo_monitor"]}]
     done = run_playbook(tmp_path, play, {}, "--syntax-check")
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.rc == 0, done.stdout
 
 
 def test_defaults_match_the_argument_specs_and_the_policy_check_knows_them() -> None:

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from lingbot_fleet.playbook_run import PlaybookRun
+from lingbot_fleet.playbook_run import run_playbook as run_with_events
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ROLE = REPO_ROOT / "roles" / "lingbot_service"
-ANSIBLE_PLAYBOOK = REPO_ROOT / ".venv" / "bin" / "ansible-playbook"
 
 
 def run_playbook(
@@ -23,7 +23,7 @@ def run_playbook(
     check: bool = False,
     diff: bool = False,
     library: list[Path] | None = None,
-) -> subprocess.CompletedProcess[str]:
+) -> PlaybookRun:
     """Run ``tasks`` on localhost; each task may save results with `save_result`."""
     play = {
         "hosts": "localhost",
@@ -34,23 +34,21 @@ def run_playbook(
     playbook = tmp_path / "playbook.yml"
     playbook.write_text(yaml.safe_dump([play], sort_keys=False))
     libraries = [ROLE / "library", *(library or [])]
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"),
-        "ANSIBLE_LIBRARY": ":".join(str(path) for path in libraries),
-        "ANSIBLE_MODULE_UTILS": str(REPO_ROOT / "python"),
-        "ANSIBLE_ACTION_PLUGINS": str(REPO_ROOT / "plugins" / "action"),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
-        "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
-        "ANSIBLE_PYTHON_INTERPRETER": str(REPO_ROOT / ".venv" / "bin" / "python"),
-    }
-    argv = [str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local", str(playbook)]
-    if check:
-        argv.append("--check")
-    if diff:
-        argv.append("--diff")
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
+    return run_with_events(
+        playbook,
+        inventory="localhost,",
+        cmdline=["-c", "local", *(["--check"] if check else []), *(["--diff"] if diff else [])],
+        envvars={
+            "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"),
+            "ANSIBLE_LIBRARY": ":".join(str(path) for path in libraries),
+            "ANSIBLE_MODULE_UTILS": str(REPO_ROOT / "python"),
+            "ANSIBLE_ACTION_PLUGINS": str(REPO_ROOT / "plugins" / "action"),
+            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
+            "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
+            "ANSIBLE_PYTHON_INTERPRETER": str(REPO_ROOT / ".venv" / "bin" / "python"),
+        },
+        timeout_s=300,
+    )
 
 
 def save(name: str, tmp_path: Path) -> dict[str, Any]:

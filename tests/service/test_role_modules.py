@@ -41,7 +41,7 @@ def plan_tasks(tmp_path: Path, profile: str, **plan_args: Any) -> list[dict[str,
 
 def test_plan_action_reads_facts_and_probe(tmp_path: Path, fake_facts_library: Path) -> None:
     done = run_playbook(tmp_path, plan_tasks(tmp_path, "a6000-phb"), library=[fake_facts_library])
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.rc == 0, done.stdout
     plan = saved("lingbot_plan", tmp_path)
     assert saved("planned", tmp_path)["changed"] is False
     assert plan["provisional"] is False
@@ -65,7 +65,7 @@ def test_plan_action_reads_the_policy_variables(tmp_path: Path, fake_facts_libra
         variables={"lingbot_service_p2p_min_gbytes_per_s": 30, "lingbot_service_base_port": 9100},
         library=[fake_facts_library],
     )
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.rc == 0, done.stdout
     [instance] = saved("lingbot_plan", tmp_path)["instances"]
     assert instance["gpus"] == [0]
     assert instance["port"] == 9100
@@ -78,7 +78,7 @@ def test_plan_action_h100_gets_one_instance_per_numa_node(
     done = run_playbook(
         tmp_path, plan_tasks(tmp_path, "h100-sxm-nvswitch"), library=[fake_facts_library]
     )
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.rc == 0, done.stdout
     instances = saved("lingbot_plan", tmp_path)["instances"]
     assert [(i["name"], i["numa_node"], i["gpus"], i["port"]) for i in instances] == [
         ("numa0", 0, [0, 1, 2, 3], 8000),
@@ -93,7 +93,7 @@ def test_plan_action_refuses_a_bad_override(tmp_path: Path, fake_facts_library: 
         variables={"lingbot_service_config_overrides": {"debug_mode": "on", "color": 1}},
         library=[fake_facts_library],
     )
-    assert done.returncode == 2
+    assert done.rc == 2
     assert (
         "lingbot_service_config_overrides would make config.yaml invalid (nothing was written)"
         in done.stdout
@@ -104,7 +104,7 @@ def test_plan_action_refuses_a_bad_override(tmp_path: Path, fake_facts_library: 
 
 def test_plan_action_without_facts_says_which_role_to_run(tmp_path: Path) -> None:
     done = run_playbook(tmp_path, [{"name": "Plan", "lingbot_plan": {}}])
-    assert done.returncode == 2
+    assert done.rc == 2
     assert (
         "no GPU facts for this host (ansible_facts.lingbot_gpu); run the gpu_facts" in done.stdout
     )
@@ -155,7 +155,7 @@ def test_role_check_mode_shows_every_file_and_writes_nothing(
         )
     finally:
         del os.environ["ANSIBLE_ROLES_PATH"]
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.rc == 0, done.stdout
     for line in (
         "+++ after: /etc/lingbot/main/config.yaml",
         "+debug_mode: true",
