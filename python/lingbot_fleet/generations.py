@@ -463,6 +463,56 @@ def prune(generations_dir: str, keep: int, root: str = "/") -> list[int]:
     return removed
 
 
+def _commit_stale(
+    generations_dir: str,
+    pending_base: str,
+    stale: Iterable[str],
+    *,
+    root: str,
+    plan_path: str,
+    result: CommitResult,
+) -> None:
+    for stale_id in stale:
+        if not _RUN_ID.fullmatch(stale_id):
+            continue
+        stale_ran = {"run_id": stale_id, "note": "left open by a run that did not finish"}
+        number, _ = _commit_one(
+            generations_dir,
+            os.path.join(pending_base, stale_id),
+            stale_id,
+            stale_ran,
+            root=root,
+            plan_path=plan_path,
+            complete=False,
+        )
+        if number is None:
+            result.discarded_runs.append(stale_id)
+        else:
+            result.committed.append(number)
+
+
+def commit_gone_runs(
+    generations_dir: str, run_id: str, *, root: str = "/", plan_path: str = DEFAULT_PLAN_PATH
+) -> list[int]:
+    """Commit, as incomplete generations, the open generations of runs other than
+    ``run_id``, which holds the node's lock (so they are gone); their numbers."""
+    from . import runlock  # noqa: PLC0415 - runlock imports nodefiles, which imports this
+
+    holder = runlock.read_lock(on_root(root, generations_dir))
+    if holder is not None and holder.get("run_id") != run_id:
+        return []
+    pending_base = on_root(root, os.path.join(generations_dir, PENDING))
+    try:
+        stale = sorted(name for name in os.listdir(pending_base) if name != run_id)
+    except FileNotFoundError:
+        return []
+    result = CommitResult(generation=None)
+    _commit_stale(
+        generations_dir, pending_base, stale, root=root, plan_path=plan_path, result=result
+    )
+    return result.committed
+
+
 def commit(
     generations_dir: str,
     run_id: str,
@@ -498,23 +548,9 @@ def commit(
     if holder is not None and holder.get("run_id") != run_id:
         stale = []
     result = CommitResult(generation=None)
-    for stale_id in stale:
-        if not _RUN_ID.fullmatch(stale_id):
-            continue
-        stale_ran = {"run_id": stale_id, "note": "left open by a run that did not finish"}
-        number, _ = _commit_one(
-            generations_dir,
-            os.path.join(pending_base, stale_id),
-            stale_id,
-            stale_ran,
-            root=root,
-            plan_path=plan_path,
-            complete=False,
-        )
-        if number is None:
-            result.discarded_runs.append(stale_id)
-        else:
-            result.committed.append(number)
+    _commit_stale(
+        generations_dir, pending_base, stale, root=root, plan_path=plan_path, result=result
+    )
     run_dir = os.path.join(pending_base, run_id)
     if os.path.isdir(run_dir):
         number, changed = _commit_one(

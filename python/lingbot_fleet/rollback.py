@@ -135,11 +135,15 @@ class _Effects:
             self._step(["systemctl", "daemon-reload"], "run systemctl daemon-reload")
             pending = self._cleared(pending, "daemon_reload")
         units = list(pending.get("restart") or [])
+        # Enabled in any case: a rollback of a rollback brings back units the first one
+        # disabled, and the boot that follows starts only enabled ones.
+        for unit in units:
+            self._step(["systemctl", "enable", unit], f"enable {unit}")
         if units and self.request.reboot_follows:
             self.changes.actions.append(f"leave {', '.join(units)} to the reboot that follows")
+            self._cleared(pending, "restart")
         elif units:
             for unit in units:
-                self._step(["systemctl", "enable", unit], f"enable {unit}")
                 self._step(["systemctl", "restart", unit], f"restart {unit}")
             self.restarted += units
             _wait_active(
@@ -221,6 +225,15 @@ def _roll_back_locked(
     if finished:
         result["finished_runs"] = finished
     else:
+        if not check_mode:
+            # Runs that are gone left their saved copies open (this run holds the lock now):
+            # committed first, as incomplete generations, so the rollback undoes them too.
+            result["committed_gone_runs"] = generations.commit_gone_runs(
+                request.generations_dir,
+                request.run_id,
+                root=request.root,
+                plan_path=request.plan_path,
+            )
         plan = generations.plan_rollback(
             request.generations_dir, request.target, request.force, request.root
         )

@@ -11,6 +11,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from lingbot_fleet import runlock
+
 REPO = Path(__file__).resolve().parents[2]
 LIBRARY = REPO / "roles" / "generations" / "library"
 GDIR = "/var/lib/lingbot-fleet/generations"
@@ -273,3 +275,29 @@ def test_a_rollback_cut_off_by_a_failed_command_is_finished_not_undone(tmp_path:
     ]
     listing = ansible(root, {"action": "list"})["generations"]
     assert [(g["generation"], g["ok"]) for g in listing] == [(1, True), (2, True)]
+
+
+def test_a_rollback_undoes_what_a_gone_run_left_open(tmp_path: Path) -> None:
+    root = make_root(tmp_path)
+    original = snapshot(root)
+    gone, second = "20261201T100000Z-ctl01-p100", "20261201T100500Z-ctl01-p200"
+    # A run that saved and wrote its file, then died before its commit (and holds the lock).
+    recorded = ansible(root, {"action": "record", "run_id": gone, "paths": [GRUB]})
+    assert recorded["recorded"] == [GRUB]
+    runlock.take(str(root / GDIR.lstrip("/")), gone)
+    (root / "etc/default/grub").write_text('GRUB_CMDLINE_LINUX="quiet iommu=pt"\n')
+    done = ansible(
+        root,
+        {"action": "rollback", "run_id": second, "live_runs": [second], "rollback_to": 0},
+    )
+    assert done["failed"] is False, done
+    assert done["committed_gone_runs"] == [1]
+    assert (
+        done["actions"][0]
+        == f"took the node's lock over from run {gone} (its ansible-playbook process is gone)"
+    )
+    assert {k: v for k, v in snapshot(root).items() if "lingbot-fleet/gen" not in k} == {
+        k: v for k, v in original.items() if "lingbot-fleet/gen" not in k
+    }
+    listing = ansible(root, {"action": "list"})["generations"]
+    assert [g["generation"] for g in listing] == [1, 2]

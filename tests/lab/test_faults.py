@@ -38,6 +38,23 @@ def rollback_to_zero(spec, booted_lab) -> None:
     assert done.rc == 0, done.stdout[-4000:]
 
 
+def pristine(spec, booted_lab) -> str:
+    """The node as before the toolkit touched it (rolled back to 0 if it has generations),
+    as the md5 of every file the toolkit may change."""
+    listing = booted_lab.run(spec, "ls /var/lib/lingbot-fleet/generations 2>/dev/null", check=False)
+    if listing.stdout.split():
+        rollback_to_zero(spec, booted_lab)
+    assert not has_open_generation(booted_lab, spec)
+    return booted_lab.run(spec, TOOLKIT_FILES).stdout
+
+
+def lock_holder(booted_lab, spec) -> str:
+    text = booted_lab.run(
+        spec, "cat /var/lib/lingbot-fleet/generations/lock.json 2>/dev/null", check=False
+    ).stdout
+    return json.loads(text)["run_id"] if text.strip() else ""
+
+
 def start_playbook(playbook: str, limit: str, *extra: str) -> subprocess.Popen:
     """ansible-playbook as a process of its own, for the tests that kill it."""
     return subprocess.Popen(
@@ -109,13 +126,14 @@ def test_a_node_that_never_comes_back_stops_the_rolling_reboot(booted_lab):
 
 def test_a_killed_provision_run_is_finished_by_the_next_and_nothing_is_lost(booted_lab):
     spec = fault_nodes(booted_lab, "a6000-gen3")
-    original = booted_lab.run(spec, TOOLKIT_FILES).stdout
+    original = pristine(spec, booted_lab)
     killed = start_playbook("site.yml", spec.name)
-    # Killed once the run has saved its first file: its generation is open on the node.
+    # Killed once the run has saved its first file: it holds the node's lock, and its
+    # generation is open on the node.
     wait_for(
-        lambda: has_open_generation(booted_lab, spec),
+        lambda: lock_holder(booted_lab, spec).endswith(f"-p{killed.pid}"),
         240,
-        "the run's open generation on the node",
+        "the run taking the node's lock",
     )
     os.killpg(killed.pid, signal.SIGKILL)
     killed.wait(timeout=30)
@@ -132,7 +150,7 @@ def test_a_killed_provision_run_is_finished_by_the_next_and_nothing_is_lost(boot
 
 def test_a_killed_rollback_is_finished_by_the_next_and_nothing_is_lost(booted_lab):
     spec = fault_nodes(booted_lab, "a6000-gen3")
-    original = booted_lab.run(spec, TOOLKIT_FILES).stdout
+    original = pristine(spec, booted_lab)
     converge = run_playbook("site.yml", spec.name)
     assert converge.rc == 0, converge.stdout[-4000:]
     killed = start_playbook(
@@ -156,12 +174,13 @@ def test_a_killed_rollback_is_finished_by_the_next_and_nothing_is_lost(booted_la
 
 def test_two_runs_at_once_on_one_node_one_refuses_and_nothing_is_lost(booted_lab):
     spec = fault_nodes(booted_lab, "a6000-x8")
-    original = booted_lab.run(spec, TOOLKIT_FILES).stdout
+    original = pristine(spec, booted_lab)
     first = start_playbook("site.yml", spec.name)
+    # The run id names the ansible-playbook process: the first run holds the lock.
     wait_for(
-        lambda: has_open_generation(booted_lab, spec),
+        lambda: lock_holder(booted_lab, spec).endswith(f"-p{first.pid}"),
         240,
-        "the first run's open generation on the node",
+        "the first run taking the node's lock",
     )
     # The first run holds the node's lock and is still running (paused) while a second
     # run wants to write: the second refuses, naming the first, and writes nothing.
@@ -186,7 +205,7 @@ def test_two_runs_at_once_on_one_node_one_refuses_and_nothing_is_lost(booted_lab
 
 def test_update_grub_failing_once_is_converged_by_the_next_run(booted_lab):
     spec = fault_nodes(booted_lab, "a6000-x8")
-    original = booted_lab.run(spec, TOOLKIT_FILES).stdout
+    original = pristine(spec, booted_lab)
     real = booted_lab.run(spec, "command -v update-grub").stdout.strip()
     booted_lab.run(
         spec,
