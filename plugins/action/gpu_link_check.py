@@ -13,8 +13,8 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
+from lingbot_fleet.ansible_data import plain_data as plain
 from lingbot_fleet.linkcheck import JUDGE_ARGUMENT_SPEC, judge_links
-from lingbot_fleet.rollout import plain_data as plain
 
 ARGUMENT_SPEC = JUDGE_ARGUMENT_SPEC
 

@@ -15,8 +15,8 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
+from lingbot_fleet.ansible_data import plain_data as plain
 from lingbot_fleet.linkcheck import MIN_LOAD_S, probe_readings_problem
-from lingbot_fleet.rollout import plain_data as plain
 
 # What the plugin decides with (the module takes the same options and decides alike).
 ARGUMENT_SPEC = {

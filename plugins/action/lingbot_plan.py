@@ -22,10 +22,10 @@ _REPO = Path(__file__).resolve().parents[2]
 if str(_REPO / "python") not in sys.path:
     sys.path.insert(0, str(_REPO / "python"))
 
+from lingbot_fleet.ansible_data import plain_data as plain  # noqa: E402
 from lingbot_fleet.lingbot_config import ConfigError, build_config  # noqa: E402
 from lingbot_fleet.plan import POLICY_KEYS, PlanInputError, build_plan  # noqa: E402
 from lingbot_fleet.policy import load_role_specs, typed_role_variables  # noqa: E402
-from lingbot_fleet.rollout import plain_data as plain  # noqa: E402
 
 ROLE_PREFIX = "lingbot_service_"
 OVERRIDES_VARIABLE = f"{ROLE_PREFIX}config_overrides"

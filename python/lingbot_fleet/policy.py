@@ -19,7 +19,16 @@ import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 # Variables that existed once: name -> what to use instead.
-REMOVED_VARIABLES: dict[str, str] = {}
+_FIXED_LAYOUT = (
+    "LingBot's files are always where lingbot_layout puts them (/etc/lingbot/plan.json, "
+    "/etc/lingbot/<instance>/); remove the variable"
+)
+REMOVED_VARIABLES: dict[str, str] = {
+    "generations_plan_path": _FIXED_LAYOUT,
+    "fleet_audit_plan_path": _FIXED_LAYOUT,
+    "fleet_audit_lingbot_dir": _FIXED_LAYOUT,
+    "p2p_probe_plan_path": _FIXED_LAYOUT,
+}
 
 # Variables a playbook reads in play keywords (serial): Ansible templates those before any
 # host's inventory variables exist, so only -e reaches them.

@@ -22,7 +22,8 @@ CONTROLLER_ONLY = (
     "lingbot_fleet/lab/",
     "lingbot_fleet/plan/",
     "lingbot_fleet/policy.py",
-    "lingbot_fleet/rollout.py",
+    "lingbot_fleet/rollout/",
+    "lingbot_fleet/ansible_data.py",
     "lingbot_fleet/nodeapp.py",
     "lingbot_fleet/monitor/units.py",
     # What the install module needs; the monitor writes through lingbot_fleet.atomic.

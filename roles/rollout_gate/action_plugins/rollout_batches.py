@@ -1,7 +1,7 @@
 """Action plugin: check the rollout's batch list and compute the batches Ansible will run.
 
 Runs on the controller (no connection to the node). Returns `batch_plan` (spec, sizes,
-batches, batch_of; python/lingbot_fleet/rollout.py) for the hosts given, in their order,
+batches, batch_of; python/lingbot_fleet/rollout/) for the hosts given, in their order,
 or fails naming the bad item and the fix.
 """
 
@@ -16,7 +16,8 @@ _REPO = Path(__file__).resolve().parents[3]
 if str(_REPO / "python") not in sys.path:
     sys.path.insert(0, str(_REPO / "python"))
 
-from lingbot_fleet.rollout import BatchSpecError, batch_plan, plain_data  # noqa: E402
+from lingbot_fleet.ansible_data import plain_data  # noqa: E402
+from lingbot_fleet.rollout.batches import BatchSpecError, batch_plan  # noqa: E402
 
 
 class ActionModule(ActionBase):

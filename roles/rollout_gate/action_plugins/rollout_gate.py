@@ -1,4 +1,4 @@
-"""Action plugin: judge a node's rollout gates (python/lingbot_fleet/rollout.py).
+"""Action plugin: judge a node's rollout gates (python/lingbot_fleet/rollout/).
 
 Runs on the controller (no connection to the node) on what the node's tasks gathered: the
 plan, the fresh probe, the previous probe's saved text, the link findings, the health
@@ -19,14 +19,12 @@ _REPO = Path(__file__).resolve().parents[3]
 if str(_REPO / "python") not in sys.path:
     sys.path.insert(0, str(_REPO / "python"))
 
-from lingbot_fleet.rollout import (  # noqa: E402
-    GateInputs,
-    GatePolicy,
-    evaluate_gates,
+from lingbot_fleet.ansible_data import plain_data  # noqa: E402
+from lingbot_fleet.rollout.gates import GateInputs, GatePolicy, evaluate_gates  # noqa: E402
+from lingbot_fleet.rollout.inputs import (  # noqa: E402
     failure_text,
     health_results,
     parse_previous_probe,
-    plain_data,
 )
 
 

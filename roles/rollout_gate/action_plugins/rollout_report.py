@@ -16,7 +16,8 @@ _REPO = Path(__file__).resolve().parents[3]
 if str(_REPO / "python") not in sys.path:
     sys.path.insert(0, str(_REPO / "python"))
 
-from lingbot_fleet.rollout import plain_data, summarize  # noqa: E402
+from lingbot_fleet.ansible_data import plain_data  # noqa: E402
+from lingbot_fleet.rollout.summary import summarize  # noqa: E402
 
 RESULT_VARIABLE = "rollout_gate_result"
 

@@ -1,11 +1,4 @@
-"""Gated batch rollout: batch sizes, the gates a node passes after its change, the summary.
-
-Pure, standard library only. `playbooks/rollout.yml` hands the batch list to Ansible's
-`serial` unchanged; this module validates it (Ansible would silently turn `0` into "all
-remaining hosts" and crash on `"5.5%"`) and computes the same batches Ansible will run,
-so every node's batch number is known before the first one changes. Ansible's rule: a
-percentage is of the whole play's host count, rounded down, at least 1; a number is a
-host count; the last item repeats until every host has had its turn.
+"""Rollout gates: what a node must pass after its change before the next batch starts.
 
 The gates (docs in roles/rollout_gate/README.md), judged after a node's change:
 
@@ -25,14 +18,12 @@ The gates (docs in roles/rollout_gate/README.md), judged after a node's change:
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .probe import figure_parameters
+from ..probe import figure_parameters
 
-DEFAULT_BATCHES: tuple[int | str, ...] = (1, "5%", "20%", "100%")
 GATES: tuple[str, ...] = (
     "change",
     "measure",
@@ -43,104 +34,6 @@ GATES: tuple[str, ...] = (
 )
 SEVERITIES: tuple[str, ...] = ("info", "warning", "error", "critical")
 LINK_FAIL_ON_CHOICES: tuple[str, ...] = (*SEVERITIES, "never")
-_PERCENT = re.compile(r"^([0-9]+)%$")
-_COUNT = re.compile(r"^[0-9]+$")
-_JOURNAL_LINES_IN_EVIDENCE = 5
-
-
-class BatchSpecError(ValueError):
-    """The batch list cannot be used as the rollout's `serial`."""
-
-
-# --- Batches -------------------------------------------------------------------------
-
-
-def _batch_item(item: Any, position: int) -> int | str:
-    where = f"rollout_batches item {position + 1} ({item!r})"
-    if isinstance(item, bool) or not isinstance(item, int | str):
-        raise BatchSpecError(f"{where}: use a host count (1, 2, ...) or a percentage ('20%')")
-    if isinstance(item, int):
-        if item < 1:
-            raise BatchSpecError(
-                f"{where}: a batch needs at least 1 host (Ansible would run every remaining "
-                "host at once for 0 or less); use 1 or more, or '100%' for all the rest"
-            )
-        return item
-    text = item.strip()
-    if _COUNT.match(text):
-        return _batch_item(int(text), position)
-    match = _PERCENT.match(text)
-    if match is None:
-        raise BatchSpecError(
-            f"{where}: not a host count or a whole percentage; write e.g. 5 or '20%'"
-        )
-    percent = int(match.group(1))
-    if not 1 <= percent <= 100:
-        raise BatchSpecError(f"{where}: a percentage must be from 1% to 100%")
-    return f"{percent}%"
-
-
-def parse_batch_spec(spec: Any) -> list[int | str]:
-    """The batch list, checked and normalized (counts as int, percentages as 'N%').
-
-    Accepts a list, or one count or percentage on its own (as `serial` does)."""
-    if isinstance(spec, str) and spec.strip().startswith("["):
-        raise BatchSpecError(
-            f"rollout_batches arrived as the text {spec!r}, not a list; pass it as JSON: "
-            """-e '{"rollout_batches": [1, "5%", "20%", "100%"]}'"""
-        )
-    items = [spec] if isinstance(spec, int | str) and not isinstance(spec, bool) else spec
-    if not isinstance(items, list | tuple) or len(items) == 0:
-        raise BatchSpecError(
-            f"rollout_batches must be a non-empty list of host counts and percentages, "
-            f"e.g. [1, '5%', '20%', '100%']; got {spec!r}"
-        )
-    return [_batch_item(item, position) for position, item in enumerate(items)]
-
-
-def batch_size(item: int | str, host_count: int) -> int:
-    """Hosts in a batch of this item, for a play of `host_count` hosts (Ansible's rule)."""
-    if isinstance(item, str) and item.endswith("%"):
-        return int(int(item[:-1]) / 100.0 * host_count) or 1
-    return int(item)
-
-
-def batch_sizes(spec: Any, host_count: int) -> list[int]:
-    """The size of every batch Ansible runs for `host_count` hosts, in order."""
-    items = parse_batch_spec(spec)
-    sizes: list[int] = []
-    remaining = host_count
-    position = 0
-    while remaining > 0:
-        size = min(batch_size(items[position], host_count), remaining)
-        sizes.append(size)
-        remaining -= size
-        position = min(position + 1, len(items) - 1)
-    return sizes
-
-
-def assign_batches(spec: Any, hosts: Sequence[str]) -> list[list[str]]:
-    """The hosts of every batch, in the play's host order."""
-    batches: list[list[str]] = []
-    start = 0
-    for size in batch_sizes(spec, len(hosts)):
-        batches.append(list(hosts[start : start + size]))
-        start += size
-    return batches
-
-
-def batch_plan(spec: Any, hosts: Sequence[str]) -> dict[str, Any]:
-    """What rollout.yml stores as `rollout_gate_batch_plan`: spec, sizes, batches, batch_of."""
-    batches = assign_batches(spec, hosts)
-    return {
-        "spec": parse_batch_spec(spec),
-        "sizes": [len(batch) for batch in batches],
-        "batches": batches,
-        "batch_of": {host: number for number, batch in enumerate(batches, 1) for host in batch},
-    }
-
-
-# --- Gates ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -491,113 +384,3 @@ def evaluate_gates(inputs: GateInputs, policy: GatePolicy | None = None) -> Gate
 def gate_failures(inputs: GateInputs, policy: GatePolicy | None = None) -> list[dict[str, str]]:
     """The failures only, as `{gate, evidence}` mappings (empty: the node passed)."""
     return [failure.to_dict() for failure in evaluate_gates(inputs, policy).failures]
-
-
-# --- Inputs as Ansible hands them ------------------------------------------------------
-
-
-def parse_previous_probe(text: str | None) -> tuple[dict[str, Any] | None, str | None]:
-    """The saved latest.json's text -> (probe, problem). Empty or None: no previous probe."""
-    if text is None or not text.strip():
-        return None, None
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as error:
-        return None, f"latest.json is not JSON ({error})"
-    if not isinstance(document, dict) or not isinstance(document.get("gpus"), list):
-        return None, "latest.json is not a probe document (no gpus list)"
-    return document, None
-
-
-def failure_text(message: Any) -> str:
-    """One line from a task's failure message; a [message, journal lines] list (the health
-    check's) keeps the message and the last journal lines."""
-    if isinstance(message, list | tuple):
-        head = [str(item) for item in message if not isinstance(item, list | tuple)]
-        journal = [str(line) for item in message if isinstance(item, list | tuple) for line in item]
-        text = " ".join(head)
-        if journal:
-            text += " | journal: " + " / ".join(journal[-_JOURNAL_LINES_IN_EVIDENCE:])
-        return " ".join(text.split())
-    return " ".join(str(message).split())
-
-
-def health_results(entries: Sequence[Mapping[str, Any]]) -> list[HealthResult]:
-    return [
-        HealthResult(
-            instance=str(entry["instance"]),
-            healthy=bool(entry.get("healthy")),
-            evidence=failure_text(entry.get("evidence", "")),
-        )
-        for entry in entries
-    ]
-
-
-def plain_data(value: Any) -> Any:
-    """Plain dicts, lists and scalars from mappings and sequences of any subtype."""
-    if isinstance(value, Mapping):
-        return {str(key): plain_data(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain_data(item) for item in value]
-    if isinstance(value, bool) or value is None:
-        return value
-    for kind in (int, float, str):
-        if isinstance(value, kind):
-            return kind(value)
-    return value
-
-
-# --- Summary -------------------------------------------------------------------------
-
-
-def _batch_label(number: int, count: int) -> str:
-    return f"batch {number}/{count}" + (" (canary)" if number == 1 else "")
-
-
-def summarize(
-    plan: Mapping[str, Any], results: Mapping[str, Mapping[str, Any] | None]
-) -> dict[str, Any]:
-    """Rows (host, batch, outcome, failures, notes, rollback) and printable lines for
-    every host of the batch plan; `results` maps hosts to their `rollout_gate_result`."""
-    batches = plan["batches"]
-    rows: list[dict[str, Any]] = []
-    stopped_after: int | None = None
-    for number, batch in enumerate(batches, 1):
-        for host in batch:
-            result = results.get(host)
-            if result is None:
-                outcome = "not_reached"
-            else:
-                outcome = "passed" if result.get("passed") else "failed"
-            if outcome == "failed" and stopped_after is None:
-                stopped_after = number
-            rows.append(
-                {
-                    "host": host,
-                    "batch": number,
-                    "outcome": outcome,
-                    "failures": list((result or {}).get("failures", [])),
-                    "notes": list((result or {}).get("notes", [])),
-                    "rollback": (result or {}).get("rollback"),
-                }
-            )
-    lines = [_row_line(row, len(batches)) for row in rows]
-    if stopped_after is not None:
-        lines.append(
-            f"rollout stopped after {_batch_label(stopped_after, len(batches))}: a node failed "
-            "its gate and was rolled back; the nodes not reached are unchanged"
-        )
-    elif rows and all(row["outcome"] == "passed" for row in rows):
-        lines.append(f"rollout complete: {len(rows)} node(s) in {len(batches)} batch(es) passed")
-    return {"rows": rows, "lines": lines, "stopped_after_batch": stopped_after}
-
-
-def _row_line(row: Mapping[str, Any], batch_count: int) -> str:
-    head = f"{_batch_label(row['batch'], batch_count)} {row['host']}: "
-    if row["outcome"] == "not_reached":
-        return head + "not reached"
-    if row["outcome"] == "passed":
-        return head + "passed" + (f" ({'; '.join(row['notes'])})" if row["notes"] else "")
-    failures = "; ".join(f"gate {f['gate']}: {f['evidence']}" for f in row["failures"])
-    rollback = row.get("rollback") or "not rolled back"
-    return head + f"FAILED {failures} -> {rollback}"

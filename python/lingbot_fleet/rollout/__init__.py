@@ -1,0 +1,62 @@
+"""Gated batch rollout: the batches (``batches``), the gates a node passes after its
+change (``gates``), the gate inputs as Ansible hands them (``inputs``) and the summary
+(``summary``). Pure, standard library only; docs in roles/rollout_gate/README.md.
+"""
+
+from __future__ import annotations
+
+from .batches import (
+    DEFAULT_BATCHES,
+    BatchSpecError,
+    assign_batches,
+    batch_plan,
+    batch_size,
+    batch_sizes,
+    parse_batch_spec,
+)
+from .gates import (
+    GATES,
+    LINK_FAIL_ON_CHOICES,
+    SEVERITIES,
+    GateFailure,
+    GateInputs,
+    GatePolicy,
+    GateReport,
+    HealthResult,
+    evaluate_gates,
+    gate_failures,
+    health_gate,
+    link_gate,
+    probe_paths_gate,
+    regression_gate,
+)
+from .inputs import failure_text, health_results, parse_previous_probe
+from .summary import summarize
+
+__all__ = [
+    "DEFAULT_BATCHES",
+    "GATES",
+    "LINK_FAIL_ON_CHOICES",
+    "SEVERITIES",
+    "BatchSpecError",
+    "GateFailure",
+    "GateInputs",
+    "GatePolicy",
+    "GateReport",
+    "HealthResult",
+    "assign_batches",
+    "batch_plan",
+    "batch_size",
+    "batch_sizes",
+    "evaluate_gates",
+    "failure_text",
+    "gate_failures",
+    "health_gate",
+    "health_results",
+    "link_gate",
+    "parse_batch_spec",
+    "parse_previous_probe",
+    "probe_paths_gate",
+    "regression_gate",
+    "summarize",
+]
