@@ -29,11 +29,12 @@ import hashlib
 import io
 import os
 import sys
-import tempfile
 import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from .atomic import write_atomic
 
 PACKAGE = "lingbot_fleet"
 MONITOR_PACKAGE = "lingbot_fleet.monitor"
@@ -276,15 +277,7 @@ def cached_build(
     if target.is_file():
         return target
     data = build(package, interpreter, root)
-    directory.mkdir(parents=True, exist_ok=True)
-    descriptor, temp_name = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.")
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
-        os.replace(temp_name, target)
-    except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
-        raise
+    write_atomic(str(target), data, mode=0o644)
     return target
 
 

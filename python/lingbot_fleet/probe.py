@@ -19,7 +19,6 @@ import ctypes
 import json
 import os
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .atomic import write_atomic
 from .cuda import CudaDriver, CudaError
 from .facts.load import LinkReading, Sampler, nvml_sampler, smi_sampler
 from .facts.nvml import NvmlUnavailableError, load_pynvml
@@ -745,22 +745,6 @@ def saved_copy_name(document: dict[str, Any]) -> str:
     return f"{SAVED_COPY_PREFIX}{stamp}.json"
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    """Write to a temp file in the same directory, then rename it over `path`."""
-    descriptor, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(descriptor, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp_name, 0o644)
-        os.replace(temp_name, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp_name)
-        raise
-
-
 def saved_copies(save_dir: str | Path) -> list[Path]:
     """The timestamped copies, oldest first."""
     return sorted(Path(save_dir).glob(f"{SAVED_COPY_PREFIX}*.json"))
@@ -779,9 +763,9 @@ def save_probe(document: dict[str, Any], save_dir: str | Path, keep: int) -> dic
     while copy.exists():
         suffix += 1
         copy = directory / saved_copy_name(document).replace(".json", f"-{suffix}.json")
-    _write_atomically(copy, text)
+    write_atomic(str(copy), text, mode=0o644)
     latest = directory / LATEST_NAME
-    _write_atomically(latest, text)
+    write_atomic(str(latest), text, mode=0o644)
     copies = saved_copies(directory)
     pruned = copies[: max(len(copies) - keep, 0)]
     for old in pruned:

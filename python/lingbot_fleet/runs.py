@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .atomic import write_atomic
+
 _HOST_WORD = re.compile(r"[^A-Za-z0-9_.-]+")
 _RUN_ID_PARTS = re.compile(r"[0-9]{8}T[0-9]{6}Z-(?P<host>[A-Za-z0-9_.-]+)-p[0-9]+")
 
@@ -71,9 +73,8 @@ def register(identity: RunIdentity, directory: Path | None = None) -> None:
     path = directory / identity.run_id
     if path.exists():
         return
-    temp = directory / f".{identity.run_id}.{os.getpid()}.tmp"
-    temp.write_text(json.dumps({"pid": identity.pid, "start_ticks": identity.start_ticks}))
-    os.replace(temp, path)
+    record = {"pid": identity.pid, "start_ticks": identity.start_ticks}
+    write_atomic(str(path), json.dumps(record), mode=0o600, dir_mode=0o700)
 
 
 def live_runs(directory: Path | None = None) -> list[str]:
