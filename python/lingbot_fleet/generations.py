@@ -821,13 +821,16 @@ def plan_rollback(
     if target is None:
         target = newest - 1
     oldest_restorable = numbers[0] - 1
-    if not oldest_restorable <= target < newest:
+    if not oldest_restorable <= target <= newest:
         raise GenerationError(
             f"rollback_to={target} is out of range: this node has generations "
-            f"{numbers[0]}..{newest}, so it can go back to {oldest_restorable}..{newest - 1} "
+            f"{numbers[0]}..{newest}, so it can go back to {oldest_restorable}..{newest} "
             "(n means: as the node was right after generation n; 0 is before the first); "
             "nothing was touched"
         )
+    if target == newest:
+        # The node is as its newest generation left it: nothing to restore.
+        return RollbackPlan(target, newest, (), ())
     undone = [n for n in numbers if n > target]
     missing = sorted(set(range(target + 1, newest + 1)) - set(undone))
     if missing:

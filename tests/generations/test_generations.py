@@ -215,8 +215,15 @@ def test_no_generation_is_a_clear_error(tmp_path: Path) -> None:
 def test_target_out_of_range_is_refused(tmp_path: Path) -> None:
     root = node(tmp_path)
     run(root, "r1", {DROPIN: b"x=1\n"})
-    with pytest.raises(gen.GenerationError, match=r"rollback_to=1 is out of range"):
-        gen.plan_rollback(GDIR, target=1, root=str(root))
+    with pytest.raises(gen.GenerationError, match=r"rollback_to=2 is out of range"):
+        gen.plan_rollback(GDIR, target=2, root=str(root))
+
+
+def test_rollback_to_the_newest_generation_restores_nothing(tmp_path: Path) -> None:
+    root = node(tmp_path)
+    run(root, "r1", {DROPIN: b"x=1\n"})
+    plan = gen.plan_rollback(GDIR, target=1, root=str(root))
+    assert (plan.target, plan.newest, plan.to_change) == (1, 1, [])
 
 
 def test_corrupt_manifest_touches_nothing(tmp_path: Path) -> None:
