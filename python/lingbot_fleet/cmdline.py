@@ -136,7 +136,7 @@ def validate_param(param: KernelParam, where: str) -> None:
             f"{where}: kernel parameter {param.name!r} has an empty value; write the bare "
             f"name ({param.name}) for a flag, or give a value."
         )
-    bad = sorted(set(param.value) & _FORBIDDEN_VALUE_CHARS)
+    bad = sorted({c for c in param.value if c in _FORBIDDEN_VALUE_CHARS or c.isspace()})
     if bad:
         raise PolicyError(
             f"{where}: value of kernel parameter {param.name!r} ({param.value!r}) contains "
@@ -163,6 +163,12 @@ def build_policy(
     present_params: list[KernelParam] = []
     seen_keys: dict[str, str] = {}
     for name, raw_value in (present or {}).items():
+        if isinstance(raw_value, bool) or not isinstance(raw_value, str | int | None):
+            raise PolicyError(
+                f"present: kernel parameter {name!r} has the value {raw_value!r}, not a "
+                "string (YAML reads on, off, yes and no as booleans); quote it, e.g. "
+                f'{name}: "on"'
+            )
         value = None if raw_value is None else str(raw_value)
         if value is not None and value.strip() != value:
             raise PolicyError(
@@ -178,7 +184,13 @@ def build_policy(
             )
         seen_keys[param.key] = param.name
         present_params.append(param)
-    absent_params = [_parse_absent_entry(str(entry)) for entry in (absent or [])]
+    for position, entry in enumerate(absent or []):
+        if not isinstance(entry, str):
+            raise PolicyError(
+                f"absent[{position}] is {entry!r}, not a string; give each parameter to "
+                "remove as name or name=value"
+            )
+    absent_params = [_parse_absent_entry(entry) for entry in (absent or [])]
     for unwanted in absent_params:
         for wanted in present_params:
             if unwanted.key == wanted.key and _absent_covers(unwanted, wanted):
