@@ -1,7 +1,7 @@
 """LingBot's config.yaml: the schema, validation, user overrides and a YAML writer.
 
 Stdlib-only: the lingbot_service module runs this on nodes, which have no PyYAML. The
-schema is the one shared/LINGBOT.md documents and LingBot enforces: unknown keys are
+schema is the one docs/lingbot.md documents and LingBot enforces: unknown keys are
 refused, every value has a type, topology words are nvidia-smi's, bandwidths are Gbit/s
 (`*_gbps`), while LingBot's command line takes its threshold in GB/s.
 """

@@ -16,7 +16,7 @@ Only a directory holding the marker (or, from before the marker, a config.yaml t
 with the toolkit's header) is an instance directory: anything else under /etc/lingbot
 (``certs/``, say) is never taken for a stale instance.
 
-The server's option names live in ``Flag`` only (shared/LINGBOT.md): a server version that
+The server's option names live in ``Flag`` only (docs/lingbot.md): a server version that
 names them differently is a change there.
 """
 
@@ -48,7 +48,7 @@ API_KEY_VARIABLE = "LINGBOT_API_KEY"
 MANAGED_HEADER = (
     "Managed by lingbot-fleet (role lingbot_service); changes made here are overwritten."
 )
-# Exit status 2: LingBot refused its command line or config.yaml (shared/LINGBOT.md).
+# Exit status 2: LingBot refused its command line or config.yaml (docs/lingbot.md).
 CONTRACT_EXIT_STATUS = 2
 INSTANCE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _UNIT_RE = re.compile(rf"{SERVICE}@(.+)\.service")
@@ -159,7 +159,7 @@ def exec_start_value(unit_texts: Iterable[str]) -> str | None:
 
 
 class Flag:
-    """LingBot's option names (shared/LINGBOT.md, "Command line")."""
+    """LingBot's option names (docs/lingbot.md, "Command line")."""
 
     CONFIG = "--config"
     MODEL_PATH = "--model-path"
@@ -289,7 +289,7 @@ def threshold_text(gbytes_per_s: float) -> str:
 
 
 def exec_start(instance: Mapping[str, Any], launch: Launch) -> ExecStart:
-    """The numactl-bound LingBot command line of one plan instance (shared/LINGBOT.md)."""
+    """The numactl-bound LingBot command line of one plan instance (docs/lingbot.md)."""
     node = str(instance["numa_node"])
     options: list[tuple[str, str | None]] = [
         (Flag.CONFIG, config_path(instance["name"])),

@@ -1,4 +1,4 @@
-"""An instance's LingBot config.yaml as a dict (shared/LINGBOT.md "config.yaml").
+"""An instance's LingBot config.yaml as a dict (docs/lingbot.md "config.yaml").
 
 Bandwidths in config.yaml are Gbit/s: measured GB/s x 8.
 """
