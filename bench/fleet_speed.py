@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ BIN = Path(sys.executable).parent
 LAB_INVENTORY = REPO / "inventory" / "lab" / "hosts.yml"
 GROUP = "gpu-nodes"
 GENERATIONS_DIR = "/var/lib/lingbot-fleet/generations"
+PARTS = ("site", "audit", "rollback", "rollout", "profile")
 
 
 def lab_nodes(source: Path) -> list[tuple[str, dict[str, Any]]]:
@@ -144,94 +146,110 @@ def newest_generations(inventory: Path, workdir: Path) -> dict[str, dict[str, An
     return newest
 
 
+@dataclass(frozen=True)
+class Bench:
+    lab: Path
+    base: Path
+    forks: str
+    repeats: int
+    ansible: str = str(BIN / "ansible")
+    playbook: str = str(BIN / "ansible-playbook")
+    cli: str = str(BIN / "lingbot-fleet")
+
+    def ping(self, inventory: Path, limit: str = GROUP) -> list[str]:
+        return [self.ansible, limit, "-i", str(inventory), "-m", "ping", "-f", self.forks]
+
+    def play(self, inventory: Path, playbook: str, *extra: str) -> list[str]:
+        return [self.playbook, "-i", str(inventory), playbook, "-f", self.forks, *extra]
+
+
+def site_comparisons(bench: Bench, fifty: Path, first_node: str) -> None:
+    side_by_side(
+        f"no-op site.yml, 1 node ({first_node})",
+        bench.ping(bench.lab, first_node),
+        bench.play(bench.lab, "site.yml", "-l", first_node),
+        bench.repeats,
+        6.0,
+    )
+    side_by_side(
+        "no-op site.yml, 50 hosts",
+        bench.ping(fifty),
+        bench.play(fifty, "site.yml"),
+        bench.repeats,
+        6.0,
+    )
+
+
+def audit_comparisons(bench: Bench, fifty: Path, sizes: list[int]) -> None:
+    for size in sizes:
+        inventory = fifty if size == 50 else inventory_of(bench.lab, size, bench.base / f"i{size}")
+        audit = [bench.cli, "audit", "-i", str(inventory), "--forks", bench.forks]
+        side_by_side(
+            f"audit, {size} hosts",
+            bench.ping(inventory),
+            [*audit, "--report-dir", str(bench.base / f"r{size}")],
+            bench.repeats,
+            1.3,
+        )
+
+
+def profile(lab: Path, first_node: str) -> None:
+    run = run_playbook(REPO / "site.yml", inventory=lab, limit=first_node)
+    recap = run.host_recap(first_node)
+    print(
+        f"\nper-task profile of the no-op site.yml on {first_node} "
+        f"(rc {run.rc}, changed {recap['changed']}, tasks {len(run.results(first_node))}):"
+    )
+    for name, seconds, hosts in task_profile(run)[:25]:
+        print(f"  {seconds:6.2f} s  {name}" + (f"  ({hosts} hosts)" if hosts > 1 else ""))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--inventory", type=Path, default=LAB_INVENTORY)
     parser.add_argument("--repeats", type=int, default=3, help="pairs per comparison")
     parser.add_argument("--forks", type=int, default=50)
     parser.add_argument("--sizes", default="50,200", help="inventory sizes for the audit")
-    args = parser.parse_args()
-    ansible, playbook, cli = (
-        str(BIN / "ansible"),
-        str(BIN / "ansible-playbook"),
-        str(BIN / "lingbot-fleet"),
+    parser.add_argument(
+        "--parts",
+        default=",".join(PARTS),
+        help=f"which comparisons, in this order (default all: {','.join(PARTS)})",
     )
-    forks = str(args.forks)
-    first_node = lab_nodes(args.inventory)[0][0]
-    sizes = [int(size) for size in args.sizes.split(",")]
+    args = parser.parse_args()
+    parts = set(args.parts.split(","))
+    if not parts <= set(PARTS):
+        parser.error(f"--parts: unknown {', '.join(sorted(parts - set(PARTS)))}")
+    lab = args.inventory
+    first_node = lab_nodes(lab)[0][0]
+    print(f"lab nodes: {len(lab_nodes(lab))}, forks {args.forks}, {args.repeats} pairs each")
     with tempfile.TemporaryDirectory(prefix="lingbot-bench-") as temp:
-        base = Path(temp)
-
-        def ping(inventory: Path, limit: str = GROUP) -> list[str]:
-            return [ansible, limit, "-i", str(inventory), "-m", "ping", "-f", forks]
-
-        lab = args.inventory
-        print(f"lab nodes: {len(lab_nodes(lab))}, forks {forks}, {args.repeats} pairs each")
-        side_by_side(
-            f"no-op site.yml, 1 node ({first_node})",
-            ping(lab, first_node),
-            [playbook, "-i", str(lab), "site.yml", "-l", first_node, "-f", forks],
-            args.repeats,
-            6.0,
-        )
-        fifty = inventory_of(lab, 50, base / "i50")
-        side_by_side(
-            "no-op site.yml, 50 hosts",
-            ping(fifty),
-            [playbook, "-i", str(fifty), "site.yml", "-f", forks],
-            args.repeats,
-            6.0,
-        )
-        for size in sizes:
-            inventory = fifty if size == 50 else inventory_of(lab, size, base / f"i{size}")
-            side_by_side(
-                f"audit, {size} hosts",
-                ping(inventory),
-                [
-                    cli,
-                    "audit",
-                    "-i",
-                    str(inventory),
-                    "--forks",
-                    forks,
-                    "--report-dir",
-                    str(base / f"r{size}"),
-                ],
-                args.repeats,
-                1.3,
+        bench = Bench(lab=lab, base=Path(temp), forks=str(args.forks), repeats=args.repeats)
+        fifty = inventory_of(lab, 50, bench.base / "i50")
+        if "site" in parts:
+            site_comparisons(bench, fifty, first_node)
+        if "audit" in parts:
+            audit_comparisons(bench, fifty, [int(size) for size in args.sizes.split(",")])
+        if "rollback" in parts:
+            nothing = inventory_of(
+                lab, len(lab_nodes(lab)), bench.base / "rb", newest_generations(lab, bench.base)
             )
-        nothing = inventory_of(lab, len(lab_nodes(lab)), base / "rb", newest_generations(lab, base))
-        side_by_side(
-            "rollback.yml, nothing to restore, lab nodes",
-            ping(nothing),
-            [
-                playbook,
-                "-i",
-                str(nothing),
-                "playbooks/rollback.yml",
-                "-e",
-                "rollback_confirm=true",
-                "-f",
-                forks,
-            ],
-            args.repeats,
-            None,
-        )
-        side_by_side(
-            "rollout.yml, converged lab nodes",
-            ping(lab),
-            [playbook, "-i", str(lab), "playbooks/rollout.yml", "-f", forks],
-            max(1, args.repeats - 1),
-            None,
-        )
-        run = run_playbook(REPO / "site.yml", inventory=lab, limit=first_node)
-        recap = run.host_recap(first_node)
-        print(
-            f"\nper-task profile of the no-op site.yml on {first_node} "
-            f"(rc {run.rc}, changed {recap['changed']}, tasks {len(run.results(first_node))}):"
-        )
-        for name, seconds, hosts in task_profile(run)[:25]:
-            print(f"  {seconds:6.2f} s  {name}" + (f"  ({hosts} hosts)" if hosts > 1 else ""))
+            side_by_side(
+                "rollback.yml, nothing to restore, lab nodes",
+                bench.ping(nothing),
+                bench.play(nothing, "playbooks/rollback.yml", "-e", "rollback_confirm=true"),
+                args.repeats,
+                None,
+            )
+        if "rollout" in parts:
+            side_by_side(
+                "rollout.yml, converged lab nodes",
+                bench.ping(lab),
+                bench.play(lab, "playbooks/rollout.yml"),
+                max(1, args.repeats - 1),
+                None,
+            )
+        if "profile" in parts:
+            profile(lab, first_node)
 
 
 if __name__ == "__main__":
