@@ -244,7 +244,9 @@ def main() -> None:
             side_by_side(
                 "rollout.yml, converged lab nodes",
                 bench.ping(lab),
-                bench.play(lab, "playbooks/rollout.yml"),
+                # The lab's faulty profiles (x8, chipset) would stop it at their link gate:
+                # the bench times a rollout that goes through every batch.
+                bench.play(lab, "playbooks/rollout.yml", "-e", "rollout_gate_link_fail_on=never"),
                 max(1, args.repeats - 1),
                 None,
             )
