@@ -14,7 +14,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
 from lingbot_fleet.ansible_data import plain_data as plain
-from lingbot_fleet.linkcheck import JUDGE_ARGUMENT_SPEC, judge_links
+from lingbot_fleet.linkcheck import JUDGE_ARGUMENT_SPEC, judge_options
 
 ARGUMENT_SPEC = JUDGE_ARGUMENT_SPEC
 
@@ -30,18 +30,10 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("; ".join(validated.error_messages))
         params = validated.validated_parameters
         try:
-            judged, failure = judge_links(
-                params["facts"],
-                params,
-                load=params["load"],
-                probe=params["probe"],
-                fail_on=params["fail_on"],
-                probe_max_age_s=params["probe_max_age_s"],
-            )
+            judged, failure = judge_options(params)
         except ValueError as error:
             raise AnsibleActionFail(str(error)) from error
         result.update(judged)
-        result["ansible_facts"] = {"lingbot_link_findings": judged["findings"]}
         if failure:
             result["failed"] = True
             result["msg"] = failure

@@ -652,6 +652,8 @@ def judge_links(
         "counts": count_by_severity(findings),
         "summary": [f"{f.severity} {f.code} {f.subject}: {f.message}" for f in findings],
     }
+    # For the planner (lingbot_plan), which decides with the findings as the audit does.
+    result["ansible_facts"] = {"lingbot_link_findings": result["findings"]}
     if fail_on == "never":
         return result, None
     failing = at_or_above(findings, fail_on)
@@ -659,3 +661,16 @@ def judge_links(
         return result, None
     summary = "; ".join(f"{f.code} {f.subject}: {f.message}" for f in failing)
     return result, f"{len(failing)} finding(s) at or above {fail_on}: {summary}"
+
+
+def judge_options(params: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """``judge_links`` with the options of JUDGE_ARGUMENT_SPEC, validated (module and
+    action plugin alike)."""
+    return judge_links(
+        params["facts"],
+        params,
+        load=params["load"],
+        probe=params["probe"],
+        fail_on=params["fail_on"],
+        probe_max_age_s=params["probe_max_age_s"],
+    )

@@ -89,7 +89,7 @@ summary:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.lingbot_fleet.linkcheck import JUDGE_ARGUMENT_SPEC, judge_links
+from ansible.module_utils.lingbot_fleet.linkcheck import JUDGE_ARGUMENT_SPEC, judge_options
 
 ARGUMENT_SPEC = JUDGE_ARGUMENT_SPEC
 
@@ -98,14 +98,7 @@ def run_module() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
     try:
-        result, failure = judge_links(
-            params["facts"],
-            params,
-            load=params["load"],
-            probe=params["probe"],
-            fail_on=params["fail_on"],
-            probe_max_age_s=params["probe_max_age_s"],
-        )
+        result, failure = judge_options(params)
     except ValueError as error:
         module.fail_json(msg=str(error))
     if failure:
