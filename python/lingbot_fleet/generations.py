@@ -42,11 +42,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import atomic
+from . import atomic, lingbot_layout
 
 SCHEMA = 1
 DEFAULT_GENERATIONS_DIR = "/var/lib/lingbot-fleet/generations"
-DEFAULT_PLAN_PATH = "/etc/lingbot/plan.json"
+DEFAULT_PLAN_PATH = lingbot_layout.PLAN_PATH
 DEFAULT_KEEP = 20
 MANIFEST = "manifest.json"
 PENDING = "pending"
@@ -60,8 +60,7 @@ KIND_LINGBOT = "lingbot"
 KIND_OTHER = "other"
 _GRUB_PREFIXES = ("/etc/default/grub", "/boot/loader/entries/", "/boot/grub")
 _UNIT_DIRS = ("/etc/systemd/system/", "/lib/systemd/system/", "/usr/lib/systemd/system/")
-_LINGBOT_DIR = "/etc/lingbot/"
-LINGBOT_UNIT = "lingbot@{instance}.service"
+_LINGBOT_DIR = lingbot_layout.CONFIG_DIR + "/"
 
 
 class GenerationError(Exception):
@@ -96,7 +95,7 @@ def check_run_id(run_id: str) -> str:
 # Files whose content a generation never keeps (an old API key must not outlive its
 # rotation): their state is recorded, and a rollback leaves them as they are unless the
 # restored generation had none.
-SECRET_FILE_NAMES = ("secrets.env",)
+SECRET_FILE_NAMES = (lingbot_layout.SECRETS_NAME,)
 
 
 def is_secret(path: str) -> bool:
@@ -749,7 +748,7 @@ def services_to_restart(paths: Iterable[str]) -> list[str]:
         if path.startswith(_LINGBOT_DIR):
             parts = path[len(_LINGBOT_DIR) :].split("/")
             if len(parts) >= 2 and parts[0]:
-                services.add(LINGBOT_UNIT.format(instance=parts[0]))
+                services.add(lingbot_layout.unit_name(parts[0]))
             continue
         for unit_dir in _UNIT_DIRS:
             if not path.startswith(unit_dir):
@@ -790,7 +789,7 @@ def units_to_stop(restores: Iterable[Restore]) -> list[str]:
         if path.startswith(_LINGBOT_DIR):
             parts = path[len(_LINGBOT_DIR) :].split("/")
             if len(parts) == 2 and parts[1] == "config.yaml":
-                units.add(LINGBOT_UNIT.format(instance=parts[0]))
+                units.add(lingbot_layout.unit_name(parts[0]))
             continue
         for unit_dir in _UNIT_DIRS:
             if not path.startswith(unit_dir):
@@ -798,7 +797,11 @@ def units_to_stop(restores: Iterable[Restore]) -> list[str]:
             name, _, rest = path[len(unit_dir) :].partition("/")
             if name.endswith((".service", ".timer")) and not rest and "@." not in name:
                 units.add(name)
-            elif name.startswith("lingbot@") and name.endswith(".service.d") and rest:
+            elif (
+                name.startswith(f"{lingbot_layout.SERVICE}@")
+                and name.endswith(".service.d")
+                and rest
+            ):
                 units.add(name[: -len(".d")])
     return sorted(units)
 
