@@ -616,6 +616,7 @@ JUDGE_ARGUMENT_SPEC = {
     "load_min_s": {"type": "float", "default": MIN_LOAD_S},
     "probe_max_age_s": {"type": "float", "default": 3600.0},
     "fail_on": {"type": "str", "choices": list(FAIL_ON_CHOICES), "default": "error"},
+    "defer_failure": {"type": "bool", "default": False},
 }
 
 

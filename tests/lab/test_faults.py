@@ -232,30 +232,195 @@ def test_update_grub_failing_once_is_converged_by_the_next_run(booted_lab):
     assert booted_lab.run(spec, TOOLKIT_FILES).stdout == original
 
 
+def test_a_node_lost_in_the_middle_of_a_rollout_stops_it_and_nothing_is_lost(booted_lab):
+    specs = sorted(
+        [*booted_lab.nodes("a6000-x8"), *booted_lab.nodes("a6000-gen3")], key=lambda n: n.name
+    )
+    # Batches [canary], [passes, lost], [not reached]: Ansible alone would start the last
+    # batch, since one node of the second passed.
+    canary, passes, lost, not_reached = specs
+    original = {spec.name: pristine(spec, booted_lab) for spec in specs}
+    limit = ",".join(spec.name for spec in specs)
+    converge = run_playbook("site.yml", limit, *REBOOT)
+    assert converge.rc == 0, converge.stdout[-4000:]
+    before = {spec.name: booted_lab.run(spec, TOOLKIT_FILES).stdout for spec in specs}
+    change = {
+        "lingbot_service_config_overrides": {"kv_cache_sync_interval_ms": 20},
+        "rollout_batches": [1, 2, 1],
+        # The x8 and Gen3 links are findings on purpose: the link gate would fail them.
+        "rollout_gate_link_fail_on": "never",
+    }
+    rollout = start_playbook("playbooks/rollout.yml", limit, "-e", json.dumps(change))
+    try:
+        # Lost once its change has saved its first file: the rollout holds its lock.
+        wait_for(
+            lambda: lock_holder(booted_lab, lost).endswith(f"-p{rollout.pid}"),
+            600,
+            f"the rollout taking {lost.name}'s lock",
+        )
+        booted_lab.inside(
+            lost,
+            "systemctl mask --runtime ssh.service ssh.socket && systemctl stop ssh.service "
+            "&& pkill -KILL -x sshd; true",
+        )
+        output = rollout.communicate(timeout=900)[0]
+        assert rollout.returncode == 4, output[-4000:]
+        assert f"batch 1/3 (canary) {canary.name}: passed" in output
+        assert f"batch 2/3 {passes.name}: passed" in output
+        assert f"batch 2/3 {lost.name}: LOST during its change: it became unreachable" in output
+        assert f"batch 3/3 {not_reached.name}: not reached" in output
+        assert (
+            f"rollout stopped after batch 2/3: {lost.name} became unreachable; the nodes not "
+            "reached are unchanged"
+        ) in output
+        assert booted_lab.run(not_reached, TOOLKIT_FILES).stdout == before[not_reached.name]
+        assert not has_open_generation(booted_lab, not_reached)
+        for changed in (canary, passes):
+            config = booted_lab.run(changed, "cat /etc/lingbot/main/config.yaml").stdout
+            assert "kv_cache_sync_interval_ms: 20" in config
+    finally:
+        if rollout.poll() is None:
+            os.killpg(rollout.pid, signal.SIGKILL)
+            rollout.wait(timeout=30)
+        booted_lab.inside(
+            lost, "systemctl unmask --runtime ssh.service ssh.socket; systemctl start ssh.service"
+        )
+    wait_for(lambda: booted_lab.lab.ssh_ok(lost), 60, f"{lost.name} answering SSH again")
+    # Back: the next run finishes what the rollout left open, and every node goes back
+    # to how it was before the toolkit, byte for byte.
+    assert has_open_generation(booted_lab, lost)
+    again = run_playbook("site.yml", lost.name)
+    assert again.rc == 0, again.stdout[-4000:]
+    assert not has_open_generation(booted_lab, lost)
+    for spec in specs:
+        rollback_to_zero(spec, booted_lab)
+        assert booted_lab.run(spec, TOOLKIT_FILES).stdout == original[spec.name], spec.name
+
+
+def test_the_single_gpu_fallback_runs_lingbot_on_one_gpu_until_rolled_back(booted_lab):
+    spec = booted_lab.node("a6000-persistenced-off")
+    converge = run_playbook("site.yml", spec.name)
+    assert converge.rc == 0, converge.stdout[-4000:]
+    assert [i["gpus"] for i in node_plan(booted_lab, spec)["instances"]] == [[0, 1]]
+    before = booted_lab.run(spec, TOOLKIT_FILES).stdout
+
+    fallback = run_playbook(
+        "playbooks/rollback.yml",
+        spec.name,
+        "-e",
+        "rollback_confirm=true",
+        "-e",
+        "lingbot_mode=single_gpu",
+    )
+    assert fallback.rc == 0, fallback.stdout[-4000:]
+    [instance] = node_plan(booted_lab, spec)["instances"]
+    assert instance["gpus"] == [0]
+    config = booted_lab.run(spec, "cat /etc/lingbot/main/config.yaml").stdout
+    assert "gpu:0" in config and "gpu:1" not in config
+    # LingBot took the whole configuration and serves on one GPU: its own metrics say so.
+    serving = booted_lab.python(spec, SERVING)
+    assert serving["gpus_argument"] == "0"
+    assert len(serving["visible"].split(",")) == 1
+    assert serving["balancer_gpus"] == ["gpu:0"]
+
+    leave = run_playbook("playbooks/rollback.yml", spec.name, "-e", "rollback_confirm=true")
+    assert leave.rc == 0, leave.stdout[-4000:]
+    assert booted_lab.run(spec, TOOLKIT_FILES).stdout == before
+    serving = booted_lab.python(spec, SERVING)
+    assert serving["gpus_argument"] == "0,1"
+    assert serving["balancer_gpus"] == ["gpu:0", "gpu:1"]
+
+
+SERVING = r"""
+import json, re, subprocess, urllib.request
+pid = subprocess.run(["systemctl", "show", "-p", "MainPID", "--value", "lingbot@main.service"],
+                     capture_output=True, text=True).stdout.strip()
+argv = open(f"/proc/{pid}/cmdline").read().split("\0")
+env = dict(line.split("=", 1) for line in open(f"/proc/{pid}/environ").read().split("\0")
+           if "=" in line)
+port = argv[argv.index("--port") + 1] if "--port" in argv else "8000"
+metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+gpus = sorted(set(re.findall(r'lingbot_balancer_weight\{gpu="(gpu:[0-9]+)"\}', metrics)))
+print(json.dumps({"gpus_argument": argv[argv.index("--gpus") + 1],
+                  "visible": env.get("CUDA_VISIBLE_DEVICES", ""), "balancer_gpus": gpus}))
+"""
+
+
+def node_plan(booted_lab, spec) -> dict:
+    return json.loads(booted_lab.run(spec, "cat /etc/lingbot/plan.json").stdout)
+
+
+def with_fault(fault: dict) -> str:
+    """The node's profile with one fault (the original kept in /root/profile.json)."""
+    return (
+        'cp /opt/lingbot-lab/profile.json /root/profile.json && python3 -c "import json; '
+        "p='/opt/lingbot-lab/profile.json'; d=json.load(open(p)); "
+        f"d['faults'] = [{json.dumps(fault)}]; json.dump(d, open(p, 'w'))\""
+    )
+
+
+def gpu_bus_id(done, spec, index: int) -> str:
+    facts = done.results(spec.name, action="gpu_facts")[0]
+    return facts.result["ansible_facts"]["lingbot_gpu"]["gpus"][index]["bus_id"]
+
+
+def assert_failed_at_the_end_for(done, spec, code: str, bus_id: str) -> None:
+    """gpu_checks_fail_on=error: the node fails, but only in the last play, after LingBot
+    was planned around the GPU."""
+    assert done.rc != 0
+    [failure] = done.failed_tasks(spec.name)
+    assert failure.task == "Fail the nodes whose link findings reach gpu_checks_fail_on"
+    assert f"{code} {bus_id}: " in failure.result["msg"]
+    assert "LingBot was planned with these findings" in failure.result["msg"]
+
+
 def test_a_lost_gpu_is_a_critical_finding_and_lingbot_runs_on_the_others(booted_lab):
     spec = booted_lab.nodes("a6000-gen3")[0]
-    lose_gpu = (
-        "python3 -c \"import json; p='/opt/lingbot-lab/profile.json'; d=json.load(open(p)); "
-        "d['faults'] = [{'kind': 'gpu_lost', 'gpu': 1}]; json.dump(d, open(p, 'w'))\""
-    )
-    booted_lab.run(spec, f"cp /opt/lingbot-lab/profile.json /root/profile.json && {lose_gpu}")
+    booted_lab.run(spec, with_fault({"kind": "gpu_lost", "gpu": 1}))
     booted_lab.reboot(spec)
     try:
-        done = run_playbook("site.yml", spec.name, "-e", "p2p_probe_max_age_s=0")
-        assert done.rc == 0, done.stdout[-4000:]
+        done = run_playbook(
+            "site.yml", spec.name, "-e", "p2p_probe_max_age_s=0", "-e", "gpu_checks_fail_on=error"
+        )
         [checks] = done.results(spec.name, action="gpu_link_check")
         lost = [f for f in checks.result["findings"] if f["code"] == "GPU_LOST"]
-        assert [(f["severity"], f["subject"]) for f in lost] == [
-            (
-                "critical",
-                done.results(spec.name, action="gpu_facts")[0].result["ansible_facts"][
-                    "lingbot_gpu"
-                ]["gpus"][1]["bus_id"],
-            )
-        ]
-        plan = json.loads(booted_lab.run(spec, "cat /etc/lingbot/plan.json").stdout)
-        [instance] = plan["instances"]
+        bus_id = gpu_bus_id(done, spec, 1)
+        assert [(f["severity"], f["subject"]) for f in lost] == [("critical", bus_id)]
+        assert_failed_at_the_end_for(done, spec, "GPU_LOST", bus_id)
+        [instance] = node_plan(booted_lab, spec)["instances"]
         assert instance["gpus"] == [0]
+        assert booted_lab.run(spec, "systemctl is-active lingbot@main.service").stdout.strip() == (
+            "active"
+        )
+        assert not has_open_generation(booted_lab, spec)
+    finally:
+        booted_lab.run(spec, "mv /root/profile.json /opt/lingbot-lab/profile.json")
+        booted_lab.reboot(spec)
+
+
+def test_a_gpu_failing_mid_probe_is_named_and_lingbot_moves_to_the_healthy_one(booted_lab):
+    spec = booted_lab.nodes("a6000-gen3")[0]
+    # GPU 0, the primary LingBot used, stops answering after its first copies of the probe.
+    booted_lab.run(spec, with_fault({"kind": "device_fails_after_copies", "gpu": 0, "copies": 8}))
+    booted_lab.reboot(spec)
+    try:
+        done = run_playbook(
+            "site.yml", spec.name, "-e", "p2p_probe_max_age_s=0", "-e", "gpu_checks_fail_on=error"
+        )
+        bus_id = gpu_bus_id(done, spec, 0)
+        [probe] = done.results(spec.name, action="p2p_probe")
+        failed = probe.result["probe"]["gpus"][0]
+        assert failed["error"].startswith(f"GPU 0 ({bus_id}) stopped working during the probe: ")
+        [checks] = done.results(spec.name, action="gpu_link_check")
+        named = [
+            (f["severity"], f["subject"])
+            for f in checks.result["findings"]
+            if f["code"] == "PROBE_GPU_FAILED"
+        ]
+        assert named == [("critical", bus_id)]
+        assert_failed_at_the_end_for(done, spec, "PROBE_GPU_FAILED", bus_id)
+        [instance] = node_plan(booted_lab, spec)["instances"]
+        assert instance["gpus"] == [1]
         assert booted_lab.run(spec, "systemctl is-active lingbot@main.service").stdout.strip() == (
             "active"
         )

@@ -162,3 +162,32 @@ def test_a_bad_batch_list_stops_before_any_change(tmp_path: Path) -> None:
     assert done.rc == 2, done.stdout
     assert "rollout_batches item 2 (0): a batch needs at least 1 host" in done.stdout
     assert [config(tmp_path, host) for host in HOSTS] == [ORIGINAL] * 4
+
+
+def test_a_node_lost_during_its_change_stops_the_rollout_and_is_named(tmp_path: Path) -> None:
+    # Batches [node-1], [node-2, node-3], [node-4]: node-3 becomes unreachable after its
+    # change saved its first file. Ansible alone would go on to node-4 (node-2 passed, so
+    # the batch did not fail as a whole, and max_fail_percentage ignores unreachable hosts).
+    done = rollout(tmp_path, {"node-3": {"test_lost_in_change": True}})
+    out = done.stdout
+    assert done.rc == 4, out
+    assert done.host_recap("node-3")["dark"] == 1
+    assert [config(tmp_path, host) for host in HOSTS] == [
+        "new policy\n",
+        "new policy\n",
+        ORIGINAL,
+        ORIGINAL,
+    ]
+    assert generations(tmp_path, "node-4") == []
+    assert not (node_dir(tmp_path, "node-4") / "generations" / "pending").exists()
+    assert "batch 2/3 node-2: passed" in out
+    assert (
+        "batch 2/3 node-3: LOST during its change: it became unreachable, so it was neither "
+        "gated nor rolled back and its state is unknown"
+    ) in out
+    assert "batch 3/3 node-4: not reached" in out
+    assert (
+        "rollout stopped after batch 2/3: node-3 became unreachable; the nodes not reached "
+        "are unchanged"
+    ) in out
+    assert "rollout complete" not in out

@@ -19,6 +19,7 @@ from lingbot_fleet.rollout import (
     parse_previous_probe,
     summarize,
 )
+from lingbot_fleet.rollout.summary import LOST_TEXT
 
 UUID_0 = "GPU-3b5d6f1e-8a2c-4e7b-9d10-2f4a6c8e0b11"
 UUID_1 = "GPU-11540733-53c6-4b27-9b89-a46dfe945aec"
@@ -394,6 +395,25 @@ def test_summary_names_the_node_the_gate_the_evidence_and_who_was_not_reached() 
         "failed",
         "not_reached",
     ]
+
+
+def test_summary_tells_a_lost_node_from_one_not_reached() -> None:
+    batch_plan = {"batches": [["n1"], ["n2", "n3"], ["n4"]]}
+    passed = {"passed": True, "failures": [], "notes": []}
+    summary = summarize(batch_plan, {"n1": passed, "n2": passed}, reached={"n1", "n2", "n3"})
+    assert [row["outcome"] for row in summary["rows"]] == [
+        "passed",
+        "passed",
+        "lost",
+        "not_reached",
+    ]
+    assert summary["lost"] == ["n3"]
+    assert summary["stopped_after_batch"] == 2
+    assert summary["lines"][2] == "batch 2/3 n3: " + LOST_TEXT
+    assert summary["lines"][-1] == (
+        "rollout stopped after batch 2/3: n3 became unreachable; the nodes not reached are "
+        "unchanged"
+    )
 
 
 def test_a_previous_probe_of_other_sizes_is_not_compared() -> None:

@@ -12,7 +12,8 @@ description:
     under-load sample of gpu_link_load. Width is judged at rest; generation under load or
     against what GPU and slot can negotiate; a GPU idling at a low generation is never a
     finding.
-  - Fails when a finding is at or above I(fail_on); changes nothing.
+  - Fails when a finding is at or above I(fail_on) (unless I(defer_failure)); changes
+    nothing.
   - The role runs it on the controller (action plugin of the same name), since it only
     judges documents already gathered; no connection to the node is made.
 options:
@@ -50,6 +51,12 @@ options:
     type: str
     choices: [info, warning, error, critical, never]
     default: error
+  defer_failure:
+    description:
+      - Do not fail; return the failure message in C(failure) for a later task to fail
+        the node with, once the planner has left out the GPUs the findings name.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -86,6 +93,12 @@ summary:
   returned: always
   type: list
   elements: str
+failure:
+  description:
+    - Why the node fails (findings at or above I(fail_on)), or null. With
+      I(defer_failure) the module does not fail and this is for a later task.
+  returned: always
+  type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -101,7 +114,8 @@ def run_module() -> None:
         result, failure = judge_options(params)
     except ValueError as error:
         module.fail_json(msg=str(error))
-    if failure:
+    result["failure"] = failure
+    if failure and not params["defer_failure"]:
         module.fail_json(msg=failure, **result)
     module.exit_json(**result)
 

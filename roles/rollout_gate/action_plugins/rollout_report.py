@@ -1,8 +1,9 @@
 """Action plugin: the rollout summary, per node: batch, gate outcome, evidence, rollback.
 
 Runs on the controller (no connection to the node). Reads each host's
-`rollout_gate_result` from hostvars for every host of the batch plan; hosts without one
-were not reached. Returns `rows`, `lines` and `stopped_after_batch`.
+`rollout_gate_result` and `rollout_gate_reached` from hostvars for every host of the batch
+plan: a host without a result was not reached, or, when its change play had started, lost
+(unreachable). Returns `rows`, `lines`, `stopped_after_batch` and `lost`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from lingbot_fleet.ansible_data import plain_data  # noqa: E402
 from lingbot_fleet.rollout.summary import summarize  # noqa: E402
 
 RESULT_VARIABLE = "rollout_gate_result"
+REACHED_VARIABLE = "rollout_gate_reached"
 
 
 class ActionModule(ActionBase):
@@ -40,12 +42,15 @@ class ActionModule(ActionBase):
             return result
         hostvars = task_vars.get("hostvars") or {}
         results = {}
+        reached = set()
         for batch in plan["batches"]:
             for host in batch:
                 host_vars = hostvars.get(host) or {}
                 value = host_vars.get(RESULT_VARIABLE)
                 results[host] = plain_data(self._templar.template(value)) if value else None
-        summary = summarize(plan, results)
+                if host_vars.get(REACHED_VARIABLE):
+                    reached.add(host)
+        summary = summarize(plan, results, reached)
         result.update(summary)
         result["msg"] = summary["lines"]
         return result
