@@ -55,8 +55,11 @@ def lock_holder(booted_lab, spec) -> str:
     return json.loads(text)["run_id"] if text.strip() else ""
 
 
-def start_playbook(playbook: str, limit: str, *extra: str) -> subprocess.Popen:
-    """ansible-playbook as a process of its own, for the tests that kill it."""
+def start_playbook(
+    playbook: str, limit: str, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.Popen:
+    """ansible-playbook as a process of its own, for the tests that kill it or fault its
+    nodes while it runs."""
     return subprocess.Popen(
         [
             os.path.join(os.path.dirname(sys.executable), "ansible-playbook"),
@@ -68,7 +71,7 @@ def start_playbook(playbook: str, limit: str, *extra: str) -> subprocess.Popen:
             *extra,
         ],
         cwd=layout.REPO_ROOT,
-        env={**os.environ, **ANSIBLE_ENV},
+        env={**os.environ, **ANSIBLE_ENV, **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -250,7 +253,14 @@ def test_a_node_lost_in_the_middle_of_a_rollout_stops_it_and_nothing_is_lost(boo
         # The x8 and Gen3 links are findings on purpose: the link gate would fail them.
         "rollout_gate_link_fail_on": "never",
     }
-    rollout = start_playbook("playbooks/rollout.yml", limit, "-e", json.dumps(change))
+    # One output line per summary line (the yaml result format wraps long ones).
+    rollout = start_playbook(
+        "playbooks/rollout.yml",
+        limit,
+        "-e",
+        json.dumps(change),
+        env={"ANSIBLE_CALLBACK_RESULT_FORMAT": "json"},
+    )
     try:
         # Lost once its change has saved its first file: the rollout holds its lock.
         wait_for(
