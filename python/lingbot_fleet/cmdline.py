@@ -136,7 +136,13 @@ def validate_param(param: KernelParam, where: str) -> None:
             f"{where}: kernel parameter {param.name!r} has an empty value; write the bare "
             f"name ({param.name}) for a flag, or give a value."
         )
-    bad = sorted({c for c in param.value if c in _FORBIDDEN_VALUE_CHARS or c.isspace()})
+    bad = sorted(
+        {
+            c
+            for c in param.value
+            if c in _FORBIDDEN_VALUE_CHARS or c.isspace() or not c.isprintable()
+        }
+    )
     if bad:
         raise PolicyError(
             f"{where}: value of kernel parameter {param.name!r} ({param.value!r}) contains "
@@ -160,6 +166,16 @@ def build_policy(
     Raises PolicyError naming the parameter and the fix for a malformed parameter, a
     parameter asked to be both present and absent, or a name given twice.
     """
+    if present is not None and not isinstance(present, Mapping):
+        raise PolicyError(
+            f"present is {present!r}, not a mapping; give the parameters as name: value "
+            "(a null value for a bare flag), e.g. {iommu: pt, quiet: null}"
+        )
+    if absent is not None and (isinstance(absent, str) or not isinstance(absent, Sequence)):
+        raise PolicyError(
+            f"absent is {absent!r}, not a list; give the parameters to remove as a list, "
+            "e.g. [pci=noacpi]"
+        )
     present_params: list[KernelParam] = []
     seen_keys: dict[str, str] = {}
     for name, raw_value in (present or {}).items():

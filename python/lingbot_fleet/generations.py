@@ -74,7 +74,17 @@ def on_root(root: str, path: str) -> str:
     return os.path.join(root, path.lstrip("/"))
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
+
+
 def _check_node_path(path: str) -> str:
+    if not isinstance(path, str):
+        raise GenerationError(f"{path!r} is not a path; give each recorded path as /dir/file")
+    if _CONTROL.search(path):
+        raise GenerationError(
+            f"{path!r} holds a control character (a line break or NUL); give each recorded "
+            "path as /dir/file on one line"
+        )
     normal = os.path.normpath(path)
     if not path.startswith("/") or normal != path or "/../" in f"{normal}/":
         raise GenerationError(
@@ -142,11 +152,17 @@ class FileState:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> FileState:
-        if not data.get("exists"):
+        if not isinstance(data, Mapping):
+            raise TypeError(f"the file state {data!r} is not a mapping")
+        if not isinstance(data.get("exists"), bool):
+            raise ValueError(f"exists is {data.get('exists')!r}, not true or false")
+        if not data["exists"]:
             return cls(exists=False)
         sha = str(data["sha256"])
         if not re.fullmatch(r"[0-9a-f]{64}", sha):
             raise ValueError(f"sha256 {sha!r} is not 64 hex digits")
+        if not re.fullmatch(r"[0-7]{3,4}", str(data["mode"])):
+            raise ValueError(f"mode {data['mode']!r} is not an octal file mode like 0644")
         return cls(
             exists=True,
             mode=int(str(data["mode"]), 8),
@@ -265,8 +281,13 @@ def _load_pending(run_dir: str, run_id: str) -> dict[str, Any]:
         return {"schema": SCHEMA, "run_id": run_id, "opened": _now(), "files": []}
     try:
         manifest = _read_json(manifest_path)
+        if not isinstance(manifest, dict):
+            raise ValueError(f"it holds a JSON {type(manifest).__name__}, not an object")
         if not isinstance(manifest.get("files"), list):
             raise ValueError("'files' is not a list")
+        for position, entry in enumerate(manifest["files"]):
+            if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+                raise ValueError(f"file entry {position} has no path")
     except (OSError, ValueError) as error:
         raise GenerationError(
             f"{manifest_path} cannot be read ({error}): the open generation of run {run_id} "
@@ -317,16 +338,15 @@ def record_before(
     recorded. Call it before writing the files; it writes nothing else.
     """
     run_dir = pending_dir(generations_dir, run_id, root)
-    _private_tree(on_root(root, generations_dir))
+    paths = [_check_node_path(path) for path in paths]
     manifest = _load_pending(run_dir, run_id)
     known = {entry["path"] for entry in manifest["files"]}
+    # Every path is read before the first directory is made: a refusal leaves no trace.
+    states = {path: file_state(on_root(root, path), path) for path in paths if path not in known}
+    _private_tree(on_root(root, generations_dir))
     added: list[str] = []
-    for path in paths:
-        _check_node_path(path)
-        if path in known:
-            continue
+    for path, state in states.items():
         real = on_root(root, path)
-        state = file_state(real, path)
         entry: dict[str, Any] = {"path": path, "kind": kind_of(path), "before": state.to_json()}
         if state.exists and is_secret(path):
             entry["secret"] = True
@@ -625,16 +645,25 @@ def load_generation(generations_dir: str, number: int, root: str = "/") -> Gener
         raise _manifest_error(
             manifest_path, f"it says generation {manifest.get('generation')!r}, not {number}"
         )
+    files = manifest.get("files")
+    if not isinstance(files, list):
+        raise _manifest_error(manifest_path, f"'files' is {files!r}, not a list of file entries")
     changes = []
-    try:
-        for entry in manifest["files"]:
-            path = _check_node_path(str(entry["path"]))
+    for position, entry in enumerate(files):
+        try:
+            if not isinstance(entry, dict):
+                raise TypeError(f"{entry!r} is not a mapping")
+            path = _check_node_path(entry["path"])
             before = FileState.from_json(entry["before"])
             after = FileState.from_json(entry["after"])
             saved = entry["before"].get("saved") if before.exists else None
+            if saved is not None and not isinstance(saved, str):
+                raise TypeError(f"saved {saved!r} is not a path")
             changes.append(FileChange(path, kind_of(path), before, after, saved))
-    except (KeyError, TypeError, ValueError, GenerationError) as error:
-        raise _manifest_error(manifest_path, f"bad file entry: {error}") from error
+        except KeyError as error:
+            raise _manifest_error(manifest_path, f"file entry {position} lacks {error}") from error
+        except (AttributeError, TypeError, ValueError, GenerationError) as error:
+            raise _manifest_error(manifest_path, f"file entry {position}: {error}") from error
     for change in changes:
         if change.saved is None:
             continue

@@ -5,20 +5,13 @@ functions the modules and plugins call before anything is written)."""
 from __future__ import annotations
 
 import pytest
+from malformed_support import NAME_RULE, VALUE_RULE
 
 from lingbot_fleet import cmdline, generations, grub, lingbot_config, lingbot_layout
 from lingbot_fleet.monitor import units as monitor_units
 from lingbot_fleet.plan import PlanInputError, build_plan
 
 FACTS = {"schema_version": 1, "gpus": []}
-NAME_RULE = (
-    "a name is letters, digits, '_', '-' and '.', starting with a letter, digit or '_'. "
-    "Fix the name in the policy."
-)
-VALUE_RULE = (
-    "values must not contain whitespace, quotes, '$', '`', '\\\\', ';' or '#'. Fix the value "
-    "in the policy."
-)
 INSTANCE_RULE = (
     "cannot be a systemd instance; use letters, digits, '_', '.', '-' (at most 64, not "
     "starting with '_', '.' or '-')"
@@ -165,6 +158,38 @@ CASES = [
         lambda: monitor_units.systemd_path("state_dir", "relative/x"),
         monitor_units.UnitValueError,
         "state_dir 'relative/x': systemd needs an absolute path",
+    ),
+    (
+        "a writable path with a leading '+'",
+        lambda: monitor_units.systemd_path("state_dir", "+/var/lib/x"),
+        monitor_units.UnitValueError,
+        "state_dir '+/var/lib/x': systemd needs an absolute path",
+    ),
+    (
+        "a writable path with a leading '!'",
+        lambda: monitor_units.systemd_path("textfile_dir", "!/var/lib/x"),
+        monitor_units.UnitValueError,
+        "textfile_dir '!/var/lib/x': systemd needs an absolute path",
+    ),
+    (
+        "a negative timer interval",
+        lambda: monitor_units.time_span("interval", "-5s"),
+        monitor_units.UnitValueError,
+        "interval '-5s' is not a systemd time span (e.g. 5min, 90s, 1h 30min)",
+    ),
+    (
+        "absent given as one string",
+        lambda: cmdline.build_policy({}, "pci=noacpi"),
+        cmdline.PolicyError,
+        "absent is 'pci=noacpi', not a list; give the parameters to remove as a list, e.g. "
+        "[pci=noacpi]",
+    ),
+    (
+        "present given as a list",
+        lambda: cmdline.build_policy(["iommu=pt"], []),
+        cmdline.PolicyError,
+        "present is ['iommu=pt'], not a mapping; give the parameters as name: value (a null "
+        "value for a bare flag), e.g. {iommu: pt, quiet: null}",
     ),
     (
         "a newline in a writable path",
