@@ -168,7 +168,10 @@ def probe_read_only(monkeypatch: pytest.MonkeyPatch, root: Path) -> list[str]:
     module = role_module("p2p_probe", "p2p_probe")
     result = run_module(monkeypatch, module, {"read_only": True, "save_dir": str(root / "probe")})
     assert not result["failed"] and result["probe"] is None, result
-    return [result["msg"], read_saved_probe(root / "probe")[1] or ""]
+    # The module's message carries the note that says why the file is not used.
+    note = read_saved_probe(root / "probe")[1] or ""
+    assert result["msg"].endswith(f" ({note})")
+    return [result["msg"].removesuffix(f" ({note})"), note]
 
 
 def probe_case(name: str, content: Any, problem: str) -> tuple:

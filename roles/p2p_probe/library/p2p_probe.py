@@ -189,9 +189,9 @@ from ansible.module_utils.lingbot_fleet.probe import (
     ProbeParameters,
     figure_parameters,
     fill_skipped,
-    load_saved_probe,
     parse_pairs,
     read_plan,
+    read_saved_probe,
     reuse_reason,
     run_probe,
     save_probe,
@@ -202,12 +202,12 @@ from ansible.module_utils.lingbot_fleet.probe import (
 
 def read_only_result(module: AnsibleModule) -> None:
     save_dir = module.params["save_dir"]
-    probe = load_saved_probe(save_dir)
+    probe, unusable = read_saved_probe(save_dir)
     msg = (
         f"returned the saved result {save_dir}/{LATEST_NAME}"
         if probe is not None
         else f"no saved probe result at {save_dir}/{LATEST_NAME}; run the p2p_probe role "
-        "without read_only to measure"
+        "without read_only to measure" + (f" ({unusable})" if unusable else "")
     )
     module.exit_json(changed=False, probe=probe, saved={}, msg=msg)
 
@@ -299,7 +299,7 @@ def run_module() -> None:
         nvml_python_path=python_path,
         smi_command=[smi],
     )
-    saved_probe = load_saved_probe(params["save_dir"])
+    saved_probe, unusable_note = read_saved_probe(params["save_dir"])
     reused = reuse_reason(saved_probe, facts, params["max_age_s"], time.time(), parameters)
     if reused:
         module.exit_json(
@@ -323,7 +323,7 @@ def run_module() -> None:
         )
     finally:
         stop_sampler()
-    probe["notes"] += [text for text in (parameters_note, note) if text]
+    probe["notes"] += [text for text in (parameters_note, note, unusable_note) if text]
     if skip:
         # What the planner reads in check mode: the left-out GPUs' last saved figures.
         filled = fill_skipped(probe, saved_probe)
