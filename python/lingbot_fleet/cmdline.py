@@ -294,6 +294,28 @@ def check_policy(params: Sequence[KernelParam], policy: CmdlinePolicy) -> Policy
     return PolicyReport(missing=missing, unwanted=unwanted)
 
 
+def follow_policy(cmdline: str, policy: CmdlinePolicy) -> str:
+    """A command line (``/etc/kernel/cmdline``, ``kernelopts``) made to follow ``policy``.
+
+    Unwanted parameters are dropped (or lose their unwanted options), a present parameter
+    that is not a comma list loses the occurrences with another value, and the missing
+    present parameters are appended. Every other word is kept as written, in its order.
+    """
+    plain = {p.key: p for p in policy.present if p.key not in COMMA_LIST_PARAMS}
+    kept: list[str] = []
+    params: list[KernelParam] = []
+    for word in split_words(cmdline):
+        param = parse_word(word)
+        stripped = strip_unwanted(param, policy.absent)
+        wanted = plain.get(param.key)
+        if stripped is None or (wanted is not None and stripped.value != wanted.value):
+            continue
+        kept.append(word if stripped == param else stripped.render())
+        params.append(stripped)
+    kept += [wanted.render() for wanted in policy.present if not satisfies(params, wanted)]
+    return " ".join(kept)
+
+
 def iommu_vendor_switch(cpu_vendor_id: str) -> KernelParam:
     """The IOMMU switch for a CPU vendor as /proc/cpuinfo names it (vendor_id)."""
     if cpu_vendor_id == "GenuineIntel":

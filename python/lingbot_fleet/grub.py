@@ -44,6 +44,8 @@ from .cmdline import (
 
 CMDLINE_VARS = ("GRUB_CMDLINE_LINUX", "GRUB_CMDLINE_LINUX_DEFAULT")
 DEFAULT_GRUB_PATH = "/etc/default/grub"
+# RHEL 9: the arguments kernel-install gives every new kernel's BLS entry.
+KERNEL_CMDLINE_PATH = "/etc/kernel/cmdline"
 GRUB_D_DIR = "/etc/default/grub.d"
 DROPIN_HEADER = (
     "# Managed by lingbot-fleet (role kernel_cmdline): kernel parameters it adds.\n"
@@ -1154,6 +1156,64 @@ class _Variables:
         return args, boot_time
 
 
+class NodeLinkError(ValueError):
+    """A path that is a symbolic link the toolkit cannot follow safely."""
+
+
+_MAX_LINKS = 16
+
+
+def resolve_node_path(root: str, path: str) -> str:
+    """The node path ``path`` stands for once every symbolic link in it is followed, the
+    way the node (with ``root`` as its ``/``) follows them: RHEL 8 on UEFI has
+    ``/boot/grub2/grubenv -> ../efi/EFI/redhat/grubenv``. A write or a record goes to that
+    file, so the link stays a link. A path without links comes back as it is.
+
+    Raises NodeLinkError for a loop, or a link whose target is missing or not a regular
+    file (naming the link and the fix).
+    """
+    parts = [part for part in path.split("/") if part]
+    done: list[str] = []
+    hops = 0
+    while parts:
+        part = parts.pop(0)
+        if part == "..":
+            if done:
+                done.pop()
+            continue
+        if part == ".":
+            continue
+        candidate = "/" + "/".join([*done, part])
+        real = _on_root(root, candidate)
+        if not os.path.islink(real):
+            done.append(part)
+            continue
+        hops += 1
+        if hops > _MAX_LINKS:
+            raise NodeLinkError(
+                f"{path} goes through more than {_MAX_LINKS} symbolic links (a loop at "
+                f"{candidate}); point {candidate} at the real file"
+            )
+        target = os.readlink(real)
+        parts = [p for p in target.split("/") if p] + parts
+        if target.startswith("/"):
+            done = []
+    resolved = "/" + "/".join(done)
+    if resolved != path and os.path.lexists(_on_root(root, resolved)):
+        if not os.path.isfile(_on_root(root, resolved)):
+            raise NodeLinkError(
+                f"{path} is a symbolic link to {resolved}, which is not a regular file; "
+                f"make {resolved} the file {path} should be, or replace the link with it"
+            )
+    elif resolved != path:
+        raise NodeLinkError(
+            f"{path} is a symbolic link to {resolved}, which does not exist (is the file "
+            f"system holding it, such as the EFI system partition, mounted?); mount it, or "
+            f"replace the link with a regular file"
+        )
+    return resolved
+
+
 def _read_optional(root: str, path: str) -> str | None:
     try:
         with open(
@@ -1193,6 +1253,20 @@ def _bls_entries(root: str) -> list[tuple[str, dict[str, str]]]:
         entries.append((name[: -len(".conf")], fields))
     entries.sort(key=lambda e: (_version_key(e[1].get("version", "")), e[0]), reverse=True)
     return entries
+
+
+def read_bls_grubenv(root: str) -> tuple[str | None, str | None]:
+    """(node path, text) of the grubenv grub and grubby use with BLS entries (the first
+    of BLS_GRUBENV_PATHS that exists, read through a link as grub reads it)."""
+    for path in BLS_GRUBENV_PATHS:
+        try:
+            resolved = resolve_node_path(root, path)
+        except NodeLinkError:
+            continue
+        text = _read_optional(root, resolved)
+        if text is not None:
+            return path, text
+    return None, None
 
 
 def _default_name(defaults: Sequence[str], env: dict[str, str]) -> str:
@@ -1266,11 +1340,7 @@ def next_boot(root: str = "/", running: str | None = None) -> NextBoot:
     cfg = parse_grub_cfg(_read_optional(root, cfg_path) or "") if cfg_path else None
     entries = _bls_entries(root)
     if entries:
-        env_text = next(
-            (t for t in (_read_optional(root, p) for p in BLS_GRUBENV_PATHS) if t is not None),
-            "",
-        )
-        env = read_grubenv(env_text)
+        env = read_grubenv(read_bls_grubenv(root)[1] or "")
         defaults = cfg.defaults if cfg is not None and cfg.defaults else ("${saved_entry}",)
         entry_id, fields = _default_bls_entry(entries, _default_name(defaults, env))
         variables = _Variables(env, cfg, running_words)

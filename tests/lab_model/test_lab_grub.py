@@ -160,7 +160,7 @@ def test_grubby_info_and_default_kernel(tmp_path):
     )
 
 
-def test_grubby_args_replace_values_and_remove_args(tmp_path):
+def test_grubby_args_move_to_the_end_and_remove_args(tmp_path):
     root = redhat_root(tmp_path)
     result = run_tool(
         "grubby", root, "--update-kernel=ALL", "--args=intel_iommu=on iommu=pt rhgb=0"
@@ -168,8 +168,8 @@ def test_grubby_args_replace_values_and_remove_args(tmp_path):
     assert result.returncode == 0, result.stderr
     options = read_bls_entries(root)[0].options
     assert options == (
-        f"root=UUID={UUID} ro crashkernel=1G-4G:192M,4G-64G:256M,64G-:512M rhgb=0 quiet"
-        " intel_iommu=on iommu=pt"
+        f"root=UUID={UUID} ro crashkernel=1G-4G:192M,4G-64G:256M,64G-:512M quiet"
+        " intel_iommu=on iommu=pt rhgb=0"
     )
     result = run_tool(
         "grubby",
@@ -182,6 +182,10 @@ def test_grubby_args_replace_values_and_remove_args(tmp_path):
     assert read_bls_entries(root)[0].options == (
         f"root=UUID={UUID} ro quiet intel_iommu=on iommu=off"
     )
+    assert (root / "etc/default/grub").read_text().splitlines()[5] == (
+        'GRUB_CMDLINE_LINUX="crashkernel=1G-4G:192M,4G-64G:256M,64G-:512M quiet'
+        ' intel_iommu=on iommu=pt rhgb=0"'
+    ), "only --update-kernel=ALL rewrites GRUB_CMDLINE_LINUX"
 
 
 def test_grubby_unknown_kernel_fails(tmp_path):
@@ -209,3 +213,69 @@ def test_grubby_default_follows_saved_entry(tmp_path):
     grubenv = (root / "boot/grub2/grubenv").read_bytes()
     assert len(grubenv) == 1024
     assert grubenv.startswith(b"# GRUB Environment Block\nsaved_entry=")
+
+
+RHEL8_KERNEL = "4.18.0-513.5.1.el8_9.x86_64"
+RHEL8_ARGS = (
+    f"root=UUID={UUID} ro crashkernel=auto rd.lvm.lv=rhel/root rd.lvm.lv=rhel/swap rhgb quiet"
+)
+
+
+def rhel8_root(tmp_path: Path) -> Path:
+    write(tmp_path, "etc/machine-id", "0f3e9c1a5b7d4e2f8a6c0b1d3e5f7a9b\n")
+    install_boot_config(tmp_path, load_profile("rhel8-bls-kernelopts"))
+    return tmp_path
+
+
+def test_rhel8_layout_links_grubenv_to_the_esp_and_entries_take_kernelopts(tmp_path):
+    root = rhel8_root(tmp_path)
+    link = root / "boot/grub2/grubenv"
+    assert link.is_symlink()
+    assert str(link.readlink()) == "../efi/EFI/redhat/grubenv"
+    assert read_bls_entries(root)[0].options == "$kernelopts"
+    assert not (root / "etc/kernel/cmdline").exists()
+    info = run_tool("grubby", root, "--info=DEFAULT").stdout.splitlines()
+    assert info[2] == f'args="{RHEL8_ARGS.removeprefix(f"root=UUID={UUID} ")} pci=noacpi"'
+    assert boot_cmdline(root, load_profile("rhel8-bls-kernelopts")) == (
+        f"BOOT_IMAGE=/boot/vmlinuz-{RHEL8_KERNEL} {RHEL8_ARGS} pci=noacpi"
+    )
+
+
+def test_rhel8_grubby_all_edits_kernelopts_through_the_link(tmp_path):
+    root = rhel8_root(tmp_path)
+    result = run_tool(
+        "grubby", root, "--update-kernel=ALL", "--args=iommu=pt", "--remove-args=pci=noacpi"
+    )
+    assert result.returncode == 0, result.stderr
+    assert (root / "boot/grub2/grubenv").is_symlink(), "grubby replaced the link"
+    esp = (root / "boot/efi/EFI/redhat/grubenv").read_text()
+    assert f"kernelopts={RHEL8_ARGS} iommu=pt\n" in esp
+    assert len(esp) == 1024
+    assert read_bls_entries(root)[0].options == "$kernelopts"
+    assert boot_cmdline(root, load_profile("rhel8-bls-kernelopts")) == (
+        f"BOOT_IMAGE=/boot/vmlinuz-{RHEL8_KERNEL} {RHEL8_ARGS} iommu=pt"
+    )
+    grub_lines = (root / "etc/default/grub").read_text().splitlines()
+    assert f'GRUB_CMDLINE_LINUX="{RHEL8_ARGS.split(" ro ")[1]} iommu=pt"' in grub_lines
+
+
+def test_rhel8_grubby_one_kernel_writes_literal_options(tmp_path):
+    root = rhel8_root(tmp_path)
+    result = run_tool(
+        "grubby", root, f"--update-kernel=/boot/vmlinuz-{RHEL8_KERNEL}", "--args=iommu=pt"
+    )
+    assert result.returncode == 0, result.stderr
+    assert read_bls_entries(root)[0].options == f"{RHEL8_ARGS} pci=noacpi iommu=pt"
+    assert f"kernelopts={RHEL8_ARGS} pci=noacpi\n" in (root / "boot/grub2/grubenv").read_text()
+
+
+def test_rhel9_layout_has_kernel_cmdline_and_literal_options(tmp_path):
+    write(tmp_path, "etc/machine-id", "0f3e9c1a5b7d4e2f8a6c0b1d3e5f7a9b\n")
+    install_boot_config(tmp_path, load_profile("rhel9-bls-kernel-cmdline"))
+    args = f"root=UUID={UUID} ro crashkernel=1G-4G:192M,4G-64G:256M,64G-:512M"
+    args += " rd.lvm.lv=rhel/root rhgb quiet amd_iommu=on"
+    assert (tmp_path / "etc/kernel/cmdline").read_text() == args + "\n"
+    assert read_bls_entries(tmp_path)[0].options == args
+    grubenv = tmp_path / "boot/grub2/grubenv"
+    assert not grubenv.is_symlink()
+    assert "kernelopts" not in grubenv.read_text()

@@ -91,6 +91,18 @@ EXPECTED: dict[str, tuple[str, list[int], list[tuple[int, int, int]], dict[Any, 
             if a < b
         },
     ),
+    "rhel8-bls-kernelopts": (
+        "off",
+        [-1, -1],
+        [(4, 16, 4), (4, 16, 4)],
+        {(0, 1): ("NODE", 40, "CNS", None, False)},
+    ),
+    "rhel9-bls-kernel-cmdline": (
+        "translated",
+        [0, 0],
+        [(4, 16, 4), (4, 16, 4)],
+        {(0, 1): ("PHB", 30, "OK", 9.6, False)},
+    ),
     "pcie-4gpu-two-switches": (
         "passthrough",
         [0, 0, 0, 0],
@@ -107,7 +119,7 @@ EXPECTED: dict[str, tuple[str, list[int], list[tuple[int, int, int]], dict[Any, 
 }
 
 
-def test_there_are_exactly_the_eleven_profiles():
+def test_there_are_exactly_the_thirteen_profiles():
     assert sorted(EXPECTED) == ALL_PROFILES
 
 

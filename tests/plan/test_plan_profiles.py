@@ -65,6 +65,16 @@ EXPECTED: dict[str, tuple[str, list[tuple[str, int, list[int], str]], str]] = {
         ],
         "LingBot v0.4.2 refuses multi-GPU inference across NUMA nodes",
     ),
+    "rhel8-bls-kernelopts": (
+        "none",
+        [],
+        "pci=noacpi on the running kernel command line",
+    ),
+    "rhel9-bls-kernel-cmdline": (
+        "single_gpu",
+        [("main", 0, [0], "host_fallback")],
+        "measured 9.6 GB/s (0->1, 1->0), below p2p_min_gbytes_per_s 25 GB/s",
+    ),
     "pcie-4gpu-two-switches": (
         "multi_gpu",
         [

@@ -614,9 +614,9 @@ def test_grubby_family_records_the_boot_entries_before_grubby(tmp_path: Path) ->
     result = configure(node, generation_run_id="run-1")
     manifest = json.loads((node.root / GENERATIONS / "pending/run-1/manifest.json").read_text())
     assert [entry["path"] for entry in manifest["files"]] == [
-        "/etc/default/grub",
         "/boot/loader/entries/abc-5.14.0.conf",
         "/boot/grub2/grubenv",
+        "/etc/default/grub",
     ]
     assert result["ansible_facts"]["lingbot_generation_pending"] == "run-1"
     assert result["next_boot_source"] == "/boot/loader/entries/abc-5.14.0.conf"

@@ -1,8 +1,18 @@
-"""grubby: the subset RHEL-family nodes use, editing BLS entries.
+"""grubby: the subset RHEL-family nodes use, editing BLS entries (as RHEL's grubby-bls).
 
 Supported: --info=ALL|DEFAULT|<kernel>, --default-kernel, --default-index,
 --set-default=<kernel>, --update-kernel=ALL|DEFAULT|<kernel> with --args and/or
---remove-args. --args replaces the value of an argument already present.
+--remove-args, --no-etc-grub-update.
+
+- --info shows each entry's arguments with $kernelopts expanded from grubenv.
+- An edit removes every --remove-args word (``key`` every ``key`` and ``key=...``,
+  ``key=value`` that word only), then every argument with the key of an --args word,
+  then appends the --args words.
+- --update-kernel=ALL also edits grubenv's kernelopts (when grubenv has it) and, unless
+  --no-etc-grub-update, rewrites each ``GRUB_CMDLINE_LINUX=`` line of /etc/default/grub
+  to the edited value; entries whose options use $kernelopts are left as they are (they
+  take the new kernelopts). Another selector writes the entry's options, expanded and
+  edited, as literal words. grubenv is written through a link to its target.
 """
 
 from __future__ import annotations
@@ -13,12 +23,18 @@ import sys
 from dataclasses import replace
 
 from lingbot_lab.grubcfg import (
-    GRUBENV_PATHS,
+    DEFAULT_GRUB,
     BlsEntry,
+    bls_options,
     default_bls_index,
+    existing_grubenv,
     read_bls_entries,
+    read_grub_settings,
     read_grubenv,
     root_path,
+    shell_double_quoted,
+    takes_kernelopts,
+    write_atomically,
     write_bls_entry,
     write_grubenv,
 )
@@ -33,30 +49,37 @@ def argument_key(argument: str) -> str:
     return argument.partition("=")[0]
 
 
-def add_args(options: list[str], additions: list[str]) -> list[str]:
-    """Each added argument replaces the first one with its key, or is appended."""
-    result = list(options)
-    for argument in additions:
-        positions = [
-            i for i, old in enumerate(result) if argument_key(old) == argument_key(argument)
-        ]
-        if positions:
-            result[positions[0]] = argument
-            result = [old for i, old in enumerate(result) if i not in positions[1:]]
-        else:
-            result.append(argument)
-    return result
-
-
-def remove_args(options: list[str], removals: list[str]) -> list[str]:
-    """key removes every key or key=value; key=value removes only that exact argument."""
+def update_args(options: list[str], removals: list[str], additions: list[str]) -> list[str]:
+    """grubby-bls's update_args: the removals, then every argument with an added key,
+    then the additions appended."""
     result = list(options)
     for argument in removals:
         if "=" in argument:
             result = [old for old in result if old != argument]
         else:
             result = [old for old in result if argument_key(old) != argument]
-    return result
+    added_keys = {argument_key(argument) for argument in additions}
+    result = [old for old in result if argument_key(old) not in added_keys]
+    return result + list(additions)
+
+
+def update_etc_default_grub(root: str, removals: list[str], additions: list[str]) -> None:
+    """RHEL 8.3+ grubby --update-kernel=ALL: GRUB_CMDLINE_LINUX follows the edit."""
+    path = root_path(root, DEFAULT_GRUB)
+    if not path.is_file():
+        return
+    current = read_grub_settings(root).get("GRUB_CMDLINE_LINUX", "")
+    if not current:
+        return
+    value = " ".join(update_args(tokenize_cmdline(current), removals, additions))
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    edited = [
+        f"GRUB_CMDLINE_LINUX={shell_double_quoted(value)}\n"
+        if line.startswith("GRUB_CMDLINE_LINUX=")
+        else line
+        for line in lines
+    ]
+    write_atomically(path, "".join(edited))
 
 
 def select_entries(root: str, entries: list[BlsEntry], selector: str) -> list[int]:
@@ -73,7 +96,7 @@ def select_entries(root: str, entries: list[BlsEntry], selector: str) -> list[in
 
 
 def info_lines(root: str, index: int, entry: BlsEntry) -> list[str]:
-    options = tokenize_cmdline(entry.options)
+    options = tokenize_cmdline(bls_options(root, entry))
     root_args = [option for option in options if argument_key(option) == "root"]
     other_args = [option for option in options if argument_key(option) != "root"]
     lines = [f"index={index}", f'kernel="{entry.kernel}"', f'args="{" ".join(other_args)}"']
@@ -95,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--update-kernel")
     parser.add_argument("--args", default="")
     parser.add_argument("--remove-args", default="")
+    parser.add_argument("--no-etc-grub-update", action="store_true")
     return parser
 
 
@@ -114,25 +138,42 @@ def run(root: str, options: argparse.Namespace) -> list[str]:
         index = select_entries(root, entries, options.set_default)[0]
         env = read_grubenv(root)
         env["saved_entry"] = entries[index].entry_id
-        existing = [p for p in GRUBENV_PATHS if root_path(root, p).is_file()]
-        write_grubenv(root, existing[0] if existing else GRUBENV_PATHS[0], env)
+        write_grubenv(root, existing_grubenv(root), env)
         output.append(
             f"The default is {root_path(root, 'boot/loader/entries')}/"
             f"{entries[index].entry_id}.conf with index {index} and kernel"
             f" {entries[index].kernel}"
         )
     if options.update_kernel:
-        for index in select_entries(root, entries, options.update_kernel):
-            entry = entries[index]
-            arguments = tokenize_cmdline(entry.options)
-            arguments = remove_args(arguments, tokenize_cmdline(options.remove_args))
-            arguments = add_args(arguments, tokenize_cmdline(options.args))
-            fields = dict(entry.fields)
-            fields["options"] = " ".join(arguments)
-            write_bls_entry(root, replace(entry, fields=fields))
+        update_kernel(root, entries, options)
     elif options.args or options.remove_args:
         raise GrubbyError("--args and --remove-args need --update-kernel")
     return output
+
+
+def update_kernel(root: str, entries: list[BlsEntry], options: argparse.Namespace) -> None:
+    removals = tokenize_cmdline(options.remove_args)
+    additions = tokenize_cmdline(options.args)
+    indexes = select_entries(root, entries, options.update_kernel)
+    if not removals and not additions:
+        return
+    every = options.update_kernel == "ALL"
+    if every:
+        env = read_grubenv(root)
+        if "kernelopts" in env:
+            kernelopts = tokenize_cmdline(env["kernelopts"])
+            env["kernelopts"] = " ".join(update_args(kernelopts, removals, additions))
+            write_grubenv(root, existing_grubenv(root), env)
+        if not options.no_etc_grub_update:
+            update_etc_default_grub(root, removals, additions)
+    for index in indexes:
+        entry = entries[index]
+        if every and takes_kernelopts(entry):
+            continue
+        arguments = tokenize_cmdline(bls_options(root, entry))
+        fields = dict(entry.fields)
+        fields["options"] = " ".join(update_args(arguments, removals, additions))
+        write_bls_entry(root, replace(entry, fields=fields))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,6 +22,12 @@ DEFAULT_GRUB_DROPINS = "etc/default/grub.d"
 GRUB_CFG = "boot/grub/grub.cfg"
 BLS_ENTRIES = "boot/loader/entries"
 GRUBENV_PATHS = ("boot/grub2/grubenv", "boot/grub/grubenv")
+# RHEL 8 on UEFI: grubenv lives on the EFI system partition, /boot/grub2/grubenv links to it.
+EFI_GRUBENV = "boot/efi/EFI/redhat/grubenv"
+EFI_GRUBENV_LINK = "../efi/EFI/redhat/grubenv"
+# RHEL 9: the arguments kernel-install gives every new kernel's BLS entry.
+KERNEL_CMDLINE = "etc/kernel/cmdline"
+KERNELOPTS_REFERENCES = ("$kernelopts", "${kernelopts}")
 GRUBENV_BYTES = 1024
 MACHINE_ID = "etc/machine-id"
 DEFAULT_MACHINE_ID = "4c1a9e7d2b3f4a6c8e0d1f2a3b4c5d6e"
@@ -254,12 +260,25 @@ def read_grubenv(root: str | Path) -> dict[str, str]:
     return {}
 
 
+def grubenv_file(root: str | Path, relative: str) -> Path:
+    """The file a grubenv path stands for: RHEL's grub2-editenv writes through a link to
+    its target (the link stays)."""
+    path = root_path(root, relative)
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
 def write_grubenv(root: str | Path, relative: str, values: dict[str, str]) -> None:
     """A grub environment block: fixed 1024 bytes padded with '#'."""
     body = "# GRUB Environment Block\n" + "".join(f"{k}={v}\n" for k, v in values.items())
     if len(body) > GRUBENV_BYTES:
         raise ValueError(f"{relative}: environment block over {GRUBENV_BYTES} bytes")
-    write_atomically(root_path(root, relative), body + "#" * (GRUBENV_BYTES - len(body)))
+    write_atomically(grubenv_file(root, relative), body + "#" * (GRUBENV_BYTES - len(body)))
+
+
+def existing_grubenv(root: str | Path) -> str:
+    """The grubenv path grub2-editenv and grubby use (the first that exists)."""
+    existing = [p for p in GRUBENV_PATHS if root_path(root, p).is_file()]
+    return existing[0] if existing else GRUBENV_PATHS[0]
 
 
 def read_bls_entries(root: str | Path) -> list[BlsEntry]:
@@ -286,12 +305,20 @@ def default_bls_index(root: str | Path, entries: list[BlsEntry]) -> int:
     return 0
 
 
+def takes_kernelopts(entry: BlsEntry) -> bool:
+    """Whether the entry's options use grubenv's kernelopts (RHEL 8)."""
+    return any(word in KERNELOPTS_REFERENCES for word in tokenize_cmdline(entry.options))
+
+
 def bls_options(root: str | Path, entry: BlsEntry) -> str:
-    """The entry's options with $kernelopts expanded from grubenv (RHEL 8 style)."""
-    options = entry.options
-    if "$kernelopts" in options:
-        options = options.replace("$kernelopts", read_grubenv(root).get("kernelopts", ""))
-    return options
+    """The entry's options with $kernelopts expanded from grubenv (RHEL 8 style), as grub
+    and grubby --info expand them."""
+    kernelopts = read_grubenv(root).get("kernelopts", "")
+    words = [
+        kernelopts if word in KERNELOPTS_REFERENCES else word
+        for word in tokenize_cmdline(entry.options)
+    ]
+    return " ".join(word for word in words if word)
 
 
 def write_bls_entry(root: str | Path, entry: BlsEntry) -> None:
@@ -389,25 +416,53 @@ def install_boot_config(root: str | Path, profile: dict[str, Any]) -> list[str]:
     write_atomically(root_path(root, DEFAULT_GRUB), render_default_grub(profile))
     written.append(DEFAULT_GRUB)
     if profile["os_family"] == "RedHat":
-        entry_id = f"{machine_id(root)}-{version}"
-        entry = BlsEntry(
-            entry_id,
-            {
-                "title": f"Red Hat Enterprise Linux ({version})",
-                "version": version,
-                "linux": f"/vmlinuz-{version}",
-                "initrd": f"/initramfs-{version}.img",
-                "options": " ".join(tokenize_cmdline(profile_cmdline(profile))),
-                "grub_users": "$grub_users",
-                "grub_arg": "--unrestricted",
-                "grub_class": "kernel",
-            },
-        )
-        write_bls_entry(root, entry)
-        write_grubenv(root, GRUBENV_PATHS[0], {"saved_entry": entry_id})
-        written += [f"{BLS_ENTRIES}/{entry_id}.conf", GRUBENV_PATHS[0]]
+        written += install_bls(root, profile)
     else:
         text, _ = generate_grub_cfg(root, profile)
         write_atomically(root_path(root, GRUB_CFG), text)
         written.append(GRUB_CFG)
     return written
+
+
+def redhat_release(profile: dict[str, Any]) -> int:
+    """8 for an el8 kernel (RHEL 8's boot layout), else 9."""
+    return 8 if ".el8" in profile["boot"]["kernel_version"] else 9
+
+
+def install_bls(root: str | Path, profile: dict[str, Any]) -> list[str]:
+    """The BLS entry and grubenv the RHEL installer leaves (relative paths written).
+
+    RHEL 8 (UEFI): the entry says ``options $kernelopts`` and grubenv, on the EFI system
+    partition with /boot/grub2/grubenv a relative link to it, holds kernelopts. RHEL 9:
+    the entry has literal options, and /etc/kernel/cmdline holds them for new kernels.
+    """
+    version = profile["boot"]["kernel_version"]
+    entry_id = f"{machine_id(root)}-{version}"
+    cmdline = " ".join(tokenize_cmdline(profile_cmdline(profile)))
+    rhel8 = redhat_release(profile) == 8
+    entry = BlsEntry(
+        entry_id,
+        {
+            "title": f"Red Hat Enterprise Linux ({version})",
+            "version": version,
+            "linux": f"/vmlinuz-{version}",
+            "initrd": f"/initramfs-{version}.img",
+            "options": "$kernelopts" if rhel8 else cmdline,
+            "grub_users": "$grub_users",
+            "grub_arg": "--unrestricted",
+            "grub_class": "kernel",
+        },
+    )
+    write_bls_entry(root, entry)
+    written = [f"{BLS_ENTRIES}/{entry_id}.conf"]
+    if rhel8:
+        link = root_path(root, GRUBENV_PATHS[0])
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(EFI_GRUBENV_LINK)
+        write_grubenv(root, EFI_GRUBENV, {"saved_entry": entry_id, "kernelopts": cmdline})
+        return [*written, EFI_GRUBENV, GRUBENV_PATHS[0]]
+    write_grubenv(root, GRUBENV_PATHS[0], {"saved_entry": entry_id})
+    write_atomically(root_path(root, KERNEL_CMDLINE), cmdline + "\n")
+    return [*written, GRUBENV_PATHS[0], KERNEL_CMDLINE]

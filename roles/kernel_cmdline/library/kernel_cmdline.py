@@ -298,6 +298,7 @@ from ansible.module_utils.lingbot_fleet.cmdline import (
     build_policy,
     check_policy,
     cpu_vendor_from_cpuinfo,
+    follow_policy,
     iommu_vendor_switch,
     parse_cmdline,
     parse_word,
@@ -310,17 +311,22 @@ from ansible.module_utils.lingbot_fleet.grub import (
     BLS_ENTRIES_DIR,
     DEFAULT_GRUB_PATH,
     GRUB_D_DIR,
+    KERNEL_CMDLINE_PATH,
     GrubEditError,
     GrubFile,
     GrubParseError,
     GrubPlan,
     NextBoot,
+    NodeLinkError,
     next_boot,
     next_boot_gaps,
     parse_grub_file,
     plan_default_grub,
     plan_grub_d,
+    read_bls_grubenv,
+    read_grubenv,
     reboot_pending,
+    resolve_node_path,
     sourcing_order,
 )
 from ansible.module_utils.lingbot_fleet.nodefiles import (
@@ -473,11 +479,14 @@ def grubby_update_argv(
     return argv
 
 
-def boot_entry_paths(root: str) -> list[str]:
-    """The files grubby edits: BLS entries and grubenv (node paths)."""
+def grubby_paths(root: str) -> list[str]:
+    """The files ``grubby --update-kernel=ALL`` may change (node paths, links not yet
+    followed): the BLS entries, grubenv (kernelopts) and, on RHEL 8.3 and later,
+    /etc/default/grub's GRUB_CMDLINE_LINUX."""
     found = sorted(glob.glob(os.path.join(on_root(root, BLS_ENTRIES_DIR), "*.conf")))
     paths = [os.path.join(BLS_ENTRIES_DIR, os.path.basename(p)) for p in found]
-    return paths + [p for p in GRUBENV_PATHS if os.path.isfile(on_root(root, p))]
+    paths += [p for p in GRUBENV_PATHS if os.path.lexists(on_root(root, p))]
+    return paths + [p for p in (DEFAULT_GRUB_PATH,) if os.path.lexists(on_root(root, p))]
 
 
 # --- writing the grub defaults files ------------------------------------------------
@@ -523,32 +532,75 @@ def shell_syntax_check(sh_path: str | None, path: str) -> Callable[[str], None] 
     return validate
 
 
-def write_files(changes: NodeChanges, plan: GrubPlan, sh_path: str | None) -> None:
+@dataclass(frozen=True)
+class Write:
+    """One file to change: the path the plan names, the file that really changes (the
+    target when the path is a symbolic link), and its new text (None: remove it)."""
+
+    path: str
+    target: str
+    text: str | None
+
+
+def follow_link(root: str, path: str) -> str:
+    """The file a write or a record of ``path`` goes to; ModuleError before any write
+    when it is a link that cannot be followed."""
     try:
-        for path, new_text in plan.new_texts.items():
-            write_one(changes, path, new_text, sh_path)
-    except NodeFileError as error:
-        written = [] if changes.check_mode else changes.changed_paths
-        where = f" Already written: {', '.join(written)}." if written else " Nothing was written."
-        raise ModuleError(f"{error}.{where}", changed=bool(written)) from error
+        return resolve_node_path(root, path)
+    except NodeLinkError as error:
+        raise ModuleError(f"{error}; nothing was written") from error
 
 
-def write_one(changes: NodeChanges, path: str, new_text: str | None, sh_path: str | None) -> None:
-    """Write (or remove, for None) one grub defaults file, keeping its mode and owner."""
-    if new_text is None:
-        changes.remove_file(path)
+def resolve_writes(root: str, texts: dict[str, str | None]) -> list[Write]:
+    """Every planned file with the file it really changes, checked before any write."""
+    writes = []
+    for path, text in texts.items():
+        if text is None and os.path.islink(on_root(root, path)):
+            raise ModuleError(
+                f"{path} is a symbolic link and should be removed; nothing was written. "
+                "The toolkit removes only the file it wrote there: remove the link by hand"
+            )
+        target = path if text is None else follow_link(root, path)
+        writes.append(Write(path, target, text))
+    return writes
+
+
+def written_so_far(changes: NodeChanges) -> str:
+    """The sentence that says truthfully what a failed call already changed."""
+    written = [] if changes.check_mode else changes.changed_paths
+    return f" Already written: {', '.join(written)}." if written else " Nothing was written."
+
+
+def write_files(changes: NodeChanges, writes: list[Write], sh_path: str | None) -> None:
+    try:
+        for write in writes:
+            write_one(changes, write, sh_path)
+    except (NodeFileError, GenerationError) as error:
+        raise ModuleError(
+            f"{error}.{written_so_far(changes)}",
+            changed=changes.changed,
+            changed_paths=changes.changed_paths,
+        ) from error
+
+
+def write_one(changes: NodeChanges, write: Write, sh_path: str | None) -> None:
+    """Write (or remove, for None) one file, keeping its mode and owner. A grub defaults
+    file must pass ``sh -n``; through a link, the link's target is written."""
+    if write.text is None:
+        changes.remove_file(write.path)
         return
     mode, uid, gid = 0o644, 0, 0
-    if os.path.exists(changes.real(path)):
-        info = os.stat(changes.real(path))
+    if os.path.exists(changes.real(write.target)):
+        info = os.stat(changes.real(write.target))
         mode, uid, gid = info.st_mode & 0o7777, info.st_uid, info.st_gid
+    is_shell = write.path.startswith(DEFAULT_GRUB_PATH)
     changes.write_file(
-        path,
-        new_text.encode("utf-8", "surrogateescape"),
+        write.target,
+        write.text.encode("utf-8", "surrogateescape"),
         mode=mode,
         owner=uid,
         group=gid,
-        validate=shell_syntax_check(sh_path, path),
+        validate=shell_syntax_check(sh_path, write.path) if is_shell else None,
     )
 
 
@@ -597,7 +649,7 @@ def configure_grub_d(job: Job) -> NextBoot:
     gaps = next_boot_gaps(boot, job.plan.configured, job.policy)
     regenerate = job.params["update_bootloader"] and bool(job.plan.new_texts or gaps)
     update_grub = require_bin(job.find_bin, "grub_d") if regenerate else None
-    write_files(changes, job.plan, job.sh_path)
+    write_files(changes, resolve_writes(job.root, job.plan.new_texts), job.sh_path)
     if update_grub is None:
         return boot
     reason = f" (the default entry of {boot.source} {', '.join(gaps)})" if gaps else ""
@@ -626,32 +678,36 @@ def configure_grub_d(job: Job) -> NextBoot:
 
 
 def configure_grubby(job: Job) -> NextBoot:
-    """/etc/default/grub, then grubby when an installed kernel's entry misses the policy."""
+    """/etc/default/grub and /etc/kernel/cmdline (future kernels), then grubby when a boot
+    entry, or the kernelopts its entries take, misses the policy.
+
+    Everything that can fail before a write is checked first: the grubby run it needs,
+    every link on the way to a file that changes or is recorded. Then the files grubby
+    changes are recorded, the files are written and grubby runs.
+    """
     changes = job.changes
-    argv = None
-    if job.params["update_bootloader"]:
-        grubby = require_bin(job.find_bin, "grubby")
-        info = run_command([grubby, "--info=ALL"], check=False)
-        if info.rc != 0:
-            raise ModuleError(
-                f"{grubby} --info=ALL failed with exit status {info.rc}; nothing was written. "
-                "Check the boot entries under /boot/loader/entries",
-                rc=info.rc,
-                stdout=info.stdout,
-                stderr=info.stderr,
-            )
-        argv = grubby_update_argv(grubby, parse_grubby_info(info.stdout), job.policy)
-    write_files(changes, job.plan, job.sh_path)
+    texts = dict(job.plan.new_texts)
+    kernel_cmdline = plan_kernel_cmdline(job.root, job.policy)
+    if kernel_cmdline is not None:
+        texts[KERNEL_CMDLINE_PATH] = kernel_cmdline
+    argv = grubby_argv(job) if job.params["update_bootloader"] else None
+    writes = resolve_writes(job.root, texts)
+    recorded = [follow_link(job.root, path) for path in grubby_paths(job.root)] if argv else []
+    try:
+        changes.record(recorded)
+    except (NodeFileError, GenerationError) as error:
+        raise ModuleError(f"{error}.{written_so_far(changes)}") from error
+    write_files(changes, writes, job.sh_path)
     if argv is None:
         return next_boot(job.root, job.running_text)
-    changes.record(boot_entry_paths(job.root))
     try:
         changes.run(argv, "run grubby " + " ".join(argv[1:]))
     except NodeFileError as error:
         raise ModuleError(
-            f"{error}. /etc/default/grub is written; the next run updates the boot entries "
-            "again. Fix the cause and run again",
+            f"{error}.{written_so_far(changes)} The boot entries may be partly updated; the "
+            "next run updates them again. Fix the cause and run again",
             changed=True,
+            changed_paths=changes.changed_paths,
         ) from error
     boot = next_boot(job.root, job.running_text)
     if not changes.check_mode and boot.args is not None:
@@ -665,6 +721,62 @@ def configure_grubby(job: Job) -> NextBoot:
                 changed=True,
             )
     return boot
+
+
+def plan_kernel_cmdline(root: str, policy: CmdlinePolicy) -> str | None:
+    """RHEL 9's /etc/kernel/cmdline made to follow the policy (kernel-install gives its
+    words to every new kernel); None when there is none or it already follows."""
+    text = read_optional(on_root(root, resolve_node_path(root, KERNEL_CMDLINE_PATH)))
+    if text is None:
+        return None
+    line, newline, rest = text.partition("\n")
+    if rest.strip():
+        raise ModuleError(
+            f"{KERNEL_CMDLINE_PATH} has more than one line; kernel-install reads it as one "
+            "command line. Join its lines into one and run again. Nothing was written"
+        )
+    new_line = follow_policy(line, policy)
+    if split_words(new_line) == split_words(line):
+        return None
+    return new_line + (newline or "\n")
+
+
+def grubby_argv(job: Job) -> list[str] | None:
+    """The grubby call the boot entries need (None: they all follow the policy), from
+    grubby's own view of every entry and from what the default entry really boots
+    ($kernelopts expanded from grubenv)."""
+    grubby = require_bin(job.find_bin, "grubby")
+    info = run_command([grubby, "--info=ALL"], check=False)
+    if info.rc != 0:
+        raise ModuleError(
+            f"{grubby} --info=ALL failed with exit status {info.rc}; nothing was written. "
+            "Check the boot entries under /boot/loader/entries",
+            rc=info.rc,
+            stdout=info.stdout,
+            stderr=info.stderr,
+        )
+    entries = parse_grubby_info(info.stdout)
+    boot = next_boot(job.root, job.running_text)
+    if boot.args is not None:
+        entries[f"default entry {boot.source}"] = parse_cmdline(" ".join(boot.args))
+    grubenv_path, grubenv_text = read_bls_grubenv(job.root)
+    kernelopts = read_grubenv(grubenv_text or "").get("kernelopts")
+    if kernelopts is not None and entries_take_kernelopts(job.root):
+        entries[f"kernelopts of {grubenv_path}"] = parse_cmdline(kernelopts)
+    return grubby_update_argv(grubby, entries, job.policy)
+
+
+def entries_take_kernelopts(root: str) -> bool:
+    """Whether a BLS entry's options use grubenv's $kernelopts (RHEL 8): then grubby
+    --update-kernel=ALL edits kernelopts, which new kernels' entries take too."""
+    for found in glob.glob(os.path.join(on_root(root, BLS_ENTRIES_DIR), "*.conf")):
+        for line in read_text(found).splitlines():
+            words = line.split()
+            if words[:1] == ["options"] and any(
+                word in ("$kernelopts", "${kernelopts}") for word in words[1:]
+            ):
+                return True
+    return False
 
 
 def result_for(job: Job, bootloader: str, boot: NextBoot) -> dict[str, Any]:
@@ -822,6 +934,7 @@ def verify(params: dict[str, Any]) -> dict[str, Any]:
 def run_module() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
+    changes = None
     try:
         if params["verify"]:
             result = verify(params)
@@ -837,11 +950,14 @@ def run_module() -> None:
                 result.pop("diff")
     except ModuleError as error:
         module.fail_json(msg=error.msg, **error.details)
-    except (PolicyError, GrubParseError, GrubEditError, GenerationError, NodeFileError) as error:
+    except (PolicyError, GrubParseError, GrubEditError, NodeLinkError) as error:
         message = str(error)
         if "nothing was written" not in message and "was not written" not in message:
             message += " Nothing was written."
         module.fail_json(msg=message)
+    except (GenerationError, NodeFileError) as error:
+        where = written_so_far(changes) if changes is not None else " Nothing was written."
+        module.fail_json(msg=f"{error}.{where}", changed=bool(changes and changes.changed))
     module.exit_json(**result)
 
 
