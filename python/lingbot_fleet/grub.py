@@ -168,6 +168,14 @@ class _Scanner:
         return i >= len(text) or text[i] == "\n" or text.startswith("\r\n", i)
 
     def scan(self) -> GrubFile:
+        nul = self.text.find("\x00")
+        if nul >= 0:
+            raise self.fail(
+                nul,
+                "holds a NUL byte (sh stops reading a value there, so grub would get a "
+                "different command line than the file shows)",
+                "remove the NUL byte",
+            )
         i = 0
         while i < len(self.text):
             i = self.statement(i)

@@ -365,7 +365,7 @@ def with_fault(fault: dict) -> str:
     return (
         'cp /opt/lingbot-lab/profile.json /root/profile.json && python3 -c "import json; '
         "p='/opt/lingbot-lab/profile.json'; d=json.load(open(p)); "
-        f"d['faults'] = [{json.dumps(fault)}]; json.dump(d, open(p, 'w'))\""
+        f"d['faults'] = [{fault!r}]; json.dump(d, open(p, 'w'))\""
     )
 
 

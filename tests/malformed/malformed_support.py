@@ -93,11 +93,15 @@ def checksums(root: Path) -> dict[str, str]:
 
 
 def write_tree(root: Path, files: dict[str, bytes | str | None]) -> None:
-    """Create files under root (str or bytes content; None makes a directory)."""
+    """Create files under root (str or bytes content; None makes a directory; a str
+    "-> target" makes a symbolic link to target)."""
     for name, content in files.items():
         path = root / name.lstrip("/")
         if content is None:
             path.mkdir(parents=True, exist_ok=True)
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, str) and content.startswith("-> "):
+            path.symlink_to(content[3:])
+            continue
         path.write_bytes(content.encode() if isinstance(content, str) else content)

@@ -105,9 +105,30 @@ GRUB_CASES = [
     ),
     grub_case(
         "grub: binary garbage (every byte value)",
-        {"/etc/default/grub": bytes(range(256))},
+        {"/etc/default/grub": bytes(range(1, 256))},
         "/etc/default/grub:2: unbalanced backquote: the command substitution opened here is "
         "never closed. Fix: close it with a backquote. Nothing was written.",
+    ),
+    grub_case(
+        "grub: a NUL byte inside the command line",
+        {"/etc/default/grub": 'GRUB_DEFAULT=0\nGRUB_CMDLINE_LINUX="quiet\x00 pci=noacpi"\n'},
+        "/etc/default/grub:2: holds a NUL byte (sh stops reading a value there, so grub would "
+        "get a different command line than the file shows). Fix: remove the NUL byte. Nothing "
+        "was written.",
+    ),
+    grub_case(
+        "grub: a drop-in that is a directory",
+        {"/etc/default/grub.d/50-local.cfg/": None},
+        "{root}/etc/default/grub.d/50-local.cfg cannot be read (Is a directory); grub's "
+        "configuration scripts source it, so move it away or make it a readable regular file. "
+        "Nothing was written.",
+    ),
+    grub_case(
+        "grub: /etc/default/grub that is a symlink loop",
+        {"/etc/default/grub": "-> grub"},
+        "{root}/etc/default/grub cannot be read (Too many levels of symbolic links); grub's "
+        "configuration scripts source it, so move it away or make it a readable regular file. "
+        "Nothing was written.",
     ),
 ]
 

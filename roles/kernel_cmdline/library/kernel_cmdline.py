@@ -492,20 +492,38 @@ def grubby_paths(root: str) -> list[str]:
 # --- writing the grub defaults files ------------------------------------------------
 
 
+def read_grub_file(root: str, path: str) -> str | None:
+    """A grub defaults file's text (None when it does not exist); one that cannot be read
+    (a directory, a symlink loop, no permission) is refused before anything is written."""
+    try:
+        return read_optional(on_root(root, path))
+    except OSError as error:
+        raise ModuleError(
+            f"{on_root(root, path)} cannot be read ({error.strerror or error}); grub's "
+            "configuration scripts source it, so move it away or make it a readable regular "
+            "file. Nothing was written."
+        ) from error
+
+
 def read_grub_d_files(root: str) -> list[GrubFile]:
     paths = []
-    if os.path.exists(on_root(root, DEFAULT_GRUB_PATH)):
+    if os.path.lexists(on_root(root, DEFAULT_GRUB_PATH)):
         paths.append(DEFAULT_GRUB_PATH)
     for found in glob.glob(os.path.join(on_root(root, GRUB_D_DIR), "*.cfg")):
         paths.append(os.path.join(GRUB_D_DIR, os.path.basename(found)))
-    return [parse_grub_file(path, read_text(on_root(root, path))) for path in sourcing_order(paths)]
+    files = []
+    for path in sourcing_order(paths):
+        text = read_grub_file(root, path)
+        if text is not None:
+            files.append(parse_grub_file(path, text))
+    return files
 
 
 def plan_files(bootloader: str, root: str, policy: CmdlinePolicy, dropin_name: str) -> GrubPlan:
     if bootloader == "grub_d":
         dropin_path = os.path.join(GRUB_D_DIR, f"{dropin_name}.cfg")
         return plan_grub_d(read_grub_d_files(root), dropin_path, policy)
-    text = read_optional(on_root(root, DEFAULT_GRUB_PATH))
+    text = read_grub_file(root, DEFAULT_GRUB_PATH)
     if text is None:
         raise ModuleError(
             f"{on_root(root, DEFAULT_GRUB_PATH)} is missing; grub2-mkconfig reads the kernel "
