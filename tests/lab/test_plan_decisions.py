@@ -65,7 +65,7 @@ def test_every_gpu_serves_and_layers_spread_and_a_new_probe_changes_nothing(boot
         "layers.3": "gpu:1",
     }
     config = booted_lab.run(phb, "cat /etc/lingbot/main/config.yaml").stdout
-    assert "layers.3: gpu:1" in config
+    assert 'layers.3: "gpu:1"' in config
 
     # site.yml probes again; the figures may move a little, nothing is rewritten.
     again = run_playbook("site.yml", limit)
