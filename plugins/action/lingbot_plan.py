@@ -4,7 +4,11 @@ Reads the host's facts (``ansible_facts.lingbot_gpu``, from the gpu_facts role),
 result when there is one (``ansible_facts.lingbot_probe``, from the p2p_probe role) and the
 planner's policy (the ``lingbot_service_*`` variables named in
 ``lingbot_fleet.plan.POLICY_KEYS``), builds the plan document (docs/plan.md) and sets it as
-the fact ``lingbot_plan``. Every instance's config.yaml is checked with the user's
+the fact ``lingbot_plan``. With ``previous_plan`` (the plan in force, which the
+lingbot_plan_inputs module reads on the node) the planner keeps its decisions while the
+measurements stay near them; ``model_num_layers`` (the model's layer count, from the same
+module) spreads the decoder layers over the GPUs. The plan's own findings (GPUs the policy
+keeps idle) become warnings. Every instance's config.yaml is checked with the user's
 overrides (``lingbot_service_config_overrides``) merged on top, so a bad override fails
 here, before anything is written on the node. No connection to the node.
 """
@@ -58,7 +62,7 @@ class ActionModule(ActionBase):
 
     def _inputs(
         self, task_vars: Mapping[str, Any]
-    ) -> tuple[Any, Any, dict[str, Any], Any, list[Any]]:
+    ) -> tuple[Any, Any, dict[str, Any], Any, list[Any], Any]:
         args = self._task.args
         facts = plain(args["facts"]) if args.get("facts") else self._facts(task_vars, "lingbot_gpu")
         probe = (
@@ -72,6 +76,8 @@ class ActionModule(ActionBase):
         spec = load_role_specs(_REPO / "roles").get("lingbot_service", {})
         typed = typed_role_variables(spec, raw)
         policy = {name[len(ROLE_PREFIX) :]: value for name, value in typed.items()}
+        if args.get("model_num_layers") not in (None, ""):
+            policy["model_num_layers"] = int(plain(args["model_num_layers"]))
         policy.update(plain(args.get("policy") or {}))
         if "config_overrides" in args:
             overrides = plain(args["config_overrides"])
@@ -86,14 +92,15 @@ class ActionModule(ActionBase):
             if "findings" in args
             else self._facts(task_vars, "lingbot_link_findings") or []
         )
-        return facts, probe, policy, overrides, findings
+        previous_plan = plain(args.get("previous_plan")) if args.get("previous_plan") else None
+        return facts, probe, policy, overrides, findings, previous_plan
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
         result["changed"] = False
         try:
-            facts, probe, policy, overrides, findings = self._inputs(task_vars)
+            facts, probe, policy, overrides, findings, previous_plan = self._inputs(task_vars)
         except ValueError as error:
             result["failed"] = True
             result["msg"] = f"cannot plan LingBot for this host: {error}"
@@ -110,7 +117,7 @@ class ActionModule(ActionBase):
             result["msg"] = f"{OVERRIDES_VARIABLE} must be a mapping of config.yaml keys"
             return result
         try:
-            plan = build_plan(facts, probe, policy, findings)
+            plan = build_plan(facts, probe, policy, findings, previous_plan)
         except PlanInputError as error:
             result["failed"] = True
             result["msg"] = f"cannot plan LingBot for this host: {error}"
@@ -126,5 +133,11 @@ class ActionModule(ActionBase):
                 + "\n- ".join(problems)
             )
             return result
+        warnings = [
+            f"{finding['code']}: {finding['message']}; fix: {finding['fix']}"
+            for finding in plan.get("findings") or []
+        ]
+        if warnings:
+            result["warnings"] = warnings
         result["msg"] = plan["summary"]
         return result

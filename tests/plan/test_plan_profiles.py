@@ -29,27 +29,27 @@ EXPECTED: dict[str, tuple[str, list[tuple[str, int, list[int], str]], str]] = {
     ),
     "a6000-chipset": (
         "single_gpu",
-        [("main", 0, [0], "host_fallback")],
+        [("numa0-1", 0, [0], "host_fallback"), ("numa0-2", 0, [1], "host_fallback")],
         "measured 14.1 GB/s (0->1, 1->0), below p2p_min_gbytes_per_s 25 GB/s",
     ),
     "a6000-dual-socket": (
         "single_gpu",
-        [("main", 0, [0], "host_fallback")],
+        [("numa0", 0, [0], "host_fallback"), ("numa1", 1, [1], "host_fallback")],
         "GPUs on different NUMA nodes (0 and 1)",
     ),
     "a6000-gen3": (
         "single_gpu",
-        [("main", 0, [0], "host_fallback")],
+        [("numa0-1", 0, [0], "host_fallback"), ("numa0-2", 0, [1], "host_fallback")],
         "measured 11.6 GB/s (0->1, 1->0), below p2p_min_gbytes_per_s 25 GB/s",
     ),
     "a6000-x8": (
         "single_gpu",
-        [("main", 0, [0], "host_fallback")],
+        [("numa0-1", 0, [0], "host_fallback"), ("numa0-2", 0, [1], "host_fallback")],
         "measured 13.1 GB/s (0->1, 1->0), below p2p_min_gbytes_per_s 25 GB/s",
     ),
     "a6000-iommu-acs": (
         "single_gpu",
-        [("main", 0, [0], "host_fallback")],
+        [("numa0-1", 0, [0], "host_fallback"), ("numa0-2", 0, [1], "host_fallback")],
         "the data check failed (0->1, 1->0)",
     ),
     "a6000-noacpi": (
@@ -177,7 +177,7 @@ def test_single_gpu_config_has_no_peer_links_and_round_robin() -> None:
         "type": "round_robin",
         "config": {"gpu_weights": {"gpu:0": 1.0}},
     }
-    assert plan["unused_gpus"][0]["index"] == 1
+    assert plan["unused_gpus"] == []
     assert plan["instances"][0]["peer_access_pairs"] == []
 
 

@@ -23,7 +23,7 @@ def test_without_probe_pcie_pair_is_provisional_single_gpu() -> None:
     plan = build_plan(facts)
     assert plan["provisional"] is True
     assert plan["mode"] == "single_gpu"
-    assert instance_gpus(plan) == [[0]]
+    assert instance_gpus(plan) == [[0], [1]]
     assert "no probe results and the path is PHB (PCIe)" in plan["mode_reason"]
     assert plan["notes"][0].startswith("Provisional plan: no probe results")
     assert plan["summary"].startswith("Provisional: ")
@@ -57,6 +57,9 @@ def test_default_policy_values() -> None:
         "host_bandwidth_tie_percent": 5.0,
         "model_num_layers": None,
         "baseline": None,
+        "max_instances": None,
+        "p2p_hysteresis_percent": 5.0,
+        "figure_tolerance_percent": 10.0,
     }
 
 
@@ -87,7 +90,7 @@ def test_exclude_allow_and_unknown_selectors() -> None:
     facts, probe = lab_inputs("pcie-4gpu-two-switches")
     uuid_of_2 = facts["gpus"][2]["uuid"]
     plan = build_plan(facts, probe, {"exclude_gpus": [0, uuid_of_2, "GPU-nope"]})
-    assert instance_gpus(plan) == [[1]]
+    assert instance_gpus(plan) == [[1], [3]]
     assert "policy exclude_gpus lists it" in plan["unused_gpus"][0]["reason"]
     assert any("'GPU-nope', which is no GPU of this node" in note for note in plan["notes"])
     allowed = build_plan(facts, probe, {"allow_gpus": ["2", "3"]})
@@ -100,7 +103,7 @@ def test_lost_and_mig_gpus_are_not_eligible() -> None:
     facts["gpus"][0]["lost"] = True
     facts["gpus"][3]["mig_mode"] = "enabled"
     plan = build_plan(facts, probe)
-    assert instance_gpus(plan) == [[1]]
+    assert instance_gpus(plan) == [[1], [2]]
     reasons = {entry["index"]: entry["reasons"][0] for entry in plan["gpus"]}
     assert "the driver lost it" in reasons[0]
     assert "it is in MIG mode" in reasons[3]

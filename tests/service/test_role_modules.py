@@ -66,10 +66,10 @@ def test_plan_action_reads_the_policy_variables(tmp_path: Path, fake_facts_libra
         library=[fake_facts_library],
     )
     assert done.rc == 0, done.stdout
-    [instance] = saved("lingbot_plan", tmp_path)["instances"]
-    assert instance["gpus"] == [0]
-    assert instance["port"] == 9100
-    assert instance["peer_access_threshold_gbytes_per_s"] == 30.0
+    first, second = saved("lingbot_plan", tmp_path)["instances"]
+    assert (first["name"], first["gpus"], first["port"]) == ("numa0-1", [0], 9100)
+    assert (second["name"], second["gpus"], second["port"]) == ("numa0-2", [1], 9101)
+    assert first["peer_access_threshold_gbytes_per_s"] == 30.0
 
 
 def test_plan_action_h100_gets_one_instance_per_numa_node(
@@ -130,7 +130,7 @@ def test_role_check_mode_shows_every_file_and_writes_nothing(
     numactl = executable(tmp_path / "bin" / "numactl")
     model = tmp_path / "model"
     model.mkdir()
-    (model / "config.json").write_text("{}\n")
+    (model / "config.json").write_text('{"num_hidden_layers": 4}\n')
     tasks = [
         {"name": "Set the facts", "fake_facts": {"facts": lab_facts("a6000-phb")}},
         {"name": "Run the role", "ansible.builtin.include_role": {"name": "lingbot_service"}},

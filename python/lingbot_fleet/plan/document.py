@@ -7,11 +7,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .baseline import compare_baseline
-from .config import render_config
+from .config import render_config, within
 from .eligibility import Eligibility, judge_gpus, unknown_selectors
 from .grouping import PairVerdict, judge_pairs
 from .inputs import read_inputs
-from .layout import Selection, choose_selections, numa_split_reason
+from .layout import Selection, choose_selections, idle_gpus_finding, numa_split_reason
 from .model import PLAN_SCHEMA_VERSION, PlanInputs
 from .ordering import (
     balancer_weights,
@@ -22,6 +22,7 @@ from .ordering import (
     order_reason,
 )
 from .policy import PlanPolicy, policy_from_mapping
+from .previous import PreviousPlan, read_previous_plan
 
 MODE_MULTI = "multi_gpu"
 MODE_SINGLE = "single_gpu"
@@ -33,7 +34,7 @@ PROVISIONAL_NOTE = (
 )
 
 
-def _instance_names(
+def _default_names(
     selections: Sequence[Selection], nodes: Sequence[int], policy: PlanPolicy
 ) -> list[str]:
     if len(selections) == 1 and policy.instance_layout != "per_numa":
@@ -45,6 +46,58 @@ def _instance_names(
         seen[node] += 1
         names.append(f"numa{node}" if per_node[node] == 1 else f"numa{node}-{seen[node]}")
     return names
+
+
+def _instance_names(
+    selections: Sequence[Selection],
+    nodes: Sequence[int],
+    policy: PlanPolicy,
+    inputs: PlanInputs,
+    previous: PreviousPlan,
+) -> list[str]:
+    """``main`` for a lone instance, else ``numa<N>`` (``numa<N>-<k>``); an instance with
+    the same GPUs (by UUID) as a deployed one keeps the deployed name, so adding instances
+    beside it does not rename (and restart) it."""
+    kept: list[str | None] = []
+    for selection in selections:
+        members = frozenset(inputs.gpu(index).uuid or "" for index in selection.gpus)
+        name = previous.instance_names.get(members)
+        kept.append(name if name and name not in kept else None)
+    taken = {name for name in kept if name}
+    names = []
+    for kept_name, default, node in zip(
+        kept, _default_names(selections, nodes, policy), nodes, strict=True
+    ):
+        name, count = kept_name or default, 1
+        while kept_name is None and name in taken:
+            count += 1
+            name = f"numa{node}-{count}"
+        taken.add(name)
+        names.append(name)
+    return names
+
+
+def _steady_weights(
+    weights: dict[str, float],
+    ordered: Sequence[int],
+    inputs: PlanInputs,
+    previous: PreviousPlan,
+    policy: PlanPolicy,
+) -> tuple[dict[str, float], bool]:
+    """Deployed weights that the new ones are within figure_tolerance_percent of stay."""
+    uuids = [inputs.gpu(index).uuid or "" for index in ordered]
+    members = frozenset(uuids)
+    steady, kept = {}, False
+    for ordinal, uuid in enumerate(uuids):
+        device = f"gpu:{ordinal}"
+        deployed = previous.weights.get((members, uuid))
+        if deployed != weights[device] and within(
+            weights[device], deployed, policy.figure_tolerance_percent
+        ):
+            steady[device], kept = deployed, True
+        else:
+            steady[device] = weights[device]
+    return steady, kept
 
 
 def _peer_pairs(
@@ -93,10 +146,18 @@ def _instance(
     policy: PlanPolicy,
     eligibility: dict[int, Eligibility],
     verdicts: dict[tuple[int, int], PairVerdict],
+    previous: PreviousPlan,
 ) -> dict[str, Any]:
     node = bound_numa_node(selection.gpus, inputs)
     ordered = order_gpus(selection.gpus, node, inputs, eligibility, policy)
     weights, weights_reason = balancer_weights(ordered, inputs)
+    weights, kept = _steady_weights(weights, ordered, inputs, previous, policy)
+    if kept:
+        weights_reason += (
+            f" Deployed weights within figure_tolerance_percent "
+            f"{policy.figure_tolerance_percent:g}% of these are kept: "
+            f"{', '.join(f'{device} {weight:.2f}' for device, weight in weights.items())}."
+        )
     affinity, affinity_reason = layer_affinity(len(ordered), policy)
     strategy, strategy_reason = kv_cache_strategy(ordered, verdicts)
     peer_access = len(ordered) > 1
@@ -140,6 +201,8 @@ def _instance(
             layer_affinity=affinity,
             gpu_weights=weights,
             kv_cache_strategy=strategy,
+            previous=previous,
+            tolerance_percent=policy.figure_tolerance_percent,
         ),
     }
 
@@ -207,23 +270,42 @@ def _mode_reason(mode: str, instances, selections, eligibility, split_reason) ->
     return " ".join(texts)
 
 
+def _layer_count_note(instances: Sequence[dict[str, Any]], policy: PlanPolicy) -> str | None:
+    wide = [i["name"] for i in instances if len(i["gpus"]) > 2]
+    if policy.model_num_layers is not None or not wide:
+        return None
+    return (
+        f"Instance(s) {', '.join(wide)} have three or more GPUs but the model's layer count is "
+        "unknown, so every decoder layer (layers.*) sits on gpu:1: set model_num_layers (the "
+        "lingbot_service role reads num_hidden_layers from the model's config.json)."
+    )
+
+
 def build_plan(
     facts: Mapping[str, Any],
     probe: Mapping[str, Any] | None = None,
     policy: PlanPolicy | Mapping[str, Any] | None = None,
     findings: Iterable[Any] | None = None,
+    previous_plan: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The plan document for one node. Deterministic: same inputs, same document."""
+    """The plan document for one node. Deterministic: same inputs, same document.
+
+    ``previous_plan`` is the plan in force on the node (/etc/lingbot/plan.json): with it, a
+    pair's decision changes only when its figure leaves the hysteresis band, figures within
+    tolerance stay as written, and instances with the same GPUs keep their names.
+    """
     if not isinstance(policy, PlanPolicy):
         policy = policy_from_mapping(policy)
     inputs = read_inputs(facts, probe, findings)
+    previous = read_previous_plan(previous_plan)
     eligibility = judge_gpus(inputs, policy)
     eligible = [index for index, verdict in sorted(eligibility.items()) if verdict.eligible]
-    verdicts = judge_pairs(inputs, policy, [gpu.index for gpu in inputs.gpus])
+    verdicts = judge_pairs(inputs, policy, [gpu.index for gpu in inputs.gpus], previous)
     selections = choose_selections(eligible, verdicts, inputs, eligibility, policy)
+    idle = idle_gpus_finding(eligible, selections, policy)
     selections = sorted(selections, key=lambda s: (bound_numa_node(s.gpus, inputs), s.gpus))
     nodes = [bound_numa_node(s.gpus, inputs) for s in selections]
-    names = _instance_names(selections, nodes, policy)
+    names = _instance_names(selections, nodes, policy, inputs, previous)
     instances = [
         _instance(
             position=position,
@@ -233,6 +315,7 @@ def build_plan(
             policy=policy,
             eligibility=eligibility,
             verdicts=verdicts,
+            previous=previous,
         )
         for position, (name, selection) in enumerate(zip(names, selections, strict=True))
     ]
@@ -244,6 +327,7 @@ def build_plan(
         for instance in instances:
             instance["reasons"]["layout"] = split_reason
     notes = unknown_selectors(policy, inputs)
+    notes += [note for note in (previous.note, _layer_count_note(instances, policy)) if note]
     if provisional:
         notes.insert(0, PROVISIONAL_NOTE)
     return {
@@ -269,8 +353,9 @@ def build_plan(
                 "reason": (
                     " ".join(eligibility[index].reasons)
                     if not eligibility[index].eligible
-                    else f"GPU {index} is eligible but has no place in the chosen instances "
-                    f"(instance_layout {policy.instance_layout}; see mode_reason)."
+                    else f"GPU {index} is eligible but the policy leaves it idle: "
+                    f"{idle.message if idle else 'see mode_reason'}; fix: "
+                    f"{idle.fix if idle else 'see mode_reason'}."
                 ),
             }
             for index in sorted(eligibility)
@@ -278,6 +363,7 @@ def build_plan(
         ],
         "baseline": compare_baseline(policy.baseline, inputs, verdicts),
         "notes": notes,
+        "findings": [idle.to_dict()] if idle else [],
     }
 
 
@@ -317,6 +403,8 @@ def explain_plan(plan: Mapping[str, Any]) -> str:
         lines += [f"  {key}: {text}" for key, text in instance["reasons"].items()]
     for unused in plan["unused_gpus"]:
         lines.append(f"Unused GPU {unused['index']}: {unused['reason']}")
+    for finding in plan.get("findings") or []:
+        lines.append(f"finding {finding['severity']} {finding['code']}: {finding['message']}")
     baseline = plan.get("baseline")
     if baseline:
         lines.append("")

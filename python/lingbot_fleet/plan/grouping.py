@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from .model import DirectedPath, PlanInputs
 from .policy import PlanPolicy
+from .previous import PreviousPlan
 
 P2P_OK = "OK"
 
@@ -32,6 +33,7 @@ class PairVerdict:
     same_numa: bool
     qualifies: bool
     problems: tuple[str, ...]
+    hysteresis: str | None = None  # why the deployed decision was kept, when it mattered
 
     @property
     def gbytes_per_s(self) -> float | None:
@@ -54,12 +56,14 @@ class PairVerdict:
         label = f"pair {self.name} ({self.path_type or 'topology unknown'})"
         if self.qualifies:
             if self.gbytes_per_s is not None:
-                return (
+                text = (
                     f"{label} qualifies: {self.gbytes_per_s:.1f} GB/s P2P (slower direction), "
                     "data check passed both ways"
                 )
+                return f"{text}; {self.hysteresis}" if self.hysteresis else text
             return f"{label} qualifies provisionally: NVLink with P2P status OK, not measured"
-        return f"{label} does not qualify: {'; '.join(self.problems)}"
+        text = f"{label} does not qualify: {'; '.join(self.problems)}"
+        return f"{text}; {self.hysteresis}" if self.hysteresis else text
 
 
 def _data_check(forward: DirectedPath, backward: DirectedPath) -> str:
@@ -74,7 +78,10 @@ def _data_check(forward: DirectedPath, backward: DirectedPath) -> str:
 
 
 def _measured_problems(
-    forward: DirectedPath, backward: DirectedPath, threshold_gbytes_per_s: float
+    forward: DirectedPath,
+    backward: DirectedPath,
+    threshold_gbytes_per_s: float,
+    bar_gbytes_per_s: float,
 ) -> list[str]:
     problems: list[str] = []
     usable: list[DirectedPath] = []
@@ -89,13 +96,18 @@ def _measured_problems(
             problems.append(f"{direction} has no peer access{status}; copies are host-staged")
         else:
             usable.append(path)
-    slow = [path for path in usable if (path.gbytes_per_s or 0.0) < threshold_gbytes_per_s]
+    slow = [path for path in usable if (path.gbytes_per_s or 0.0) < bar_gbytes_per_s]
     if slow:
-        figures = sorted({f"{path.gbytes_per_s:.1f}" for path in slow})
+        figures = sorted({f"{path.gbytes_per_s:.2f}".rstrip("0").rstrip(".") for path in slow})
         where = ", ".join(f"{path.src}->{path.dst}" for path in slow)
+        bar = (
+            f" (it needs {bar_gbytes_per_s:g} GB/s to start qualifying)"
+            if bar_gbytes_per_s > threshold_gbytes_per_s
+            else ""
+        )
         problems.append(
             f"measured {' and '.join(figures)} GB/s ({where}), below p2p_min_gbytes_per_s "
-            f"{threshold_gbytes_per_s:g} GB/s"
+            f"{threshold_gbytes_per_s:g} GB/s{bar}"
         )
     failed = [path for path in usable if path.data_check == "failed"]
     if failed:
@@ -128,12 +140,55 @@ def _provisional_problems(forward: DirectedPath, backward: DirectedPath) -> list
     return problems
 
 
-def judge_pair(inputs: PlanInputs, policy: PlanPolicy, a: int, b: int) -> PairVerdict:
+def _deployed_decision(inputs: PlanInputs, previous: PreviousPlan, a: int, b: int) -> bool | None:
+    uuid_a, uuid_b = inputs.gpu(a).uuid, inputs.gpu(b).uuid
+    if not uuid_a or not uuid_b:
+        return None
+    return previous.pair_qualified.get(frozenset((uuid_a, uuid_b)))
+
+
+def bandwidth_bar(policy: PlanPolicy, deployed: bool | None) -> float:
+    """The figure a pair must reach: the threshold, moved by the hysteresis band away from
+    the deployed decision (a used pair stays used down to threshold - band; an unused pair
+    needs threshold + band)."""
+    band = policy.p2p_min_gbytes_per_s * policy.p2p_hysteresis_percent / 100
+    if deployed is None:
+        return policy.p2p_min_gbytes_per_s
+    return policy.p2p_min_gbytes_per_s + (-band if deployed else band)
+
+
+def _hysteresis_note(
+    policy: PlanPolicy, deployed: bool | None, figure: float | None, qualifies: bool
+) -> str | None:
+    """Said only when the band changed the verdict the threshold alone would give."""
+    threshold = policy.p2p_min_gbytes_per_s
+    if deployed is None or figure is None or qualifies != deployed:
+        return None
+    if (figure >= threshold) == qualifies:
+        return None
+    side = "below" if qualifies else "at or above"
+    return (
+        f"{figure:g} GB/s is {side} the threshold {threshold:g} GB/s but within its "
+        f"p2p_hysteresis_percent {policy.p2p_hysteresis_percent:g}% band, so the deployed "
+        f"plan's decision stands (the pair {'qualified' if deployed else 'did not qualify'})"
+    )
+
+
+def judge_pair(
+    inputs: PlanInputs,
+    policy: PlanPolicy,
+    a: int,
+    b: int,
+    previous: PreviousPlan | None = None,
+) -> PairVerdict:
     forward, backward = inputs.paths[(a, b)], inputs.paths[(b, a)]
     node_a, node_b = inputs.gpu(a).numa_node, inputs.gpu(b).numa_node
     same_numa = node_a == node_b and node_a >= 0
+    deployed = _deployed_decision(inputs, previous or PreviousPlan(), a, b)
     if inputs.probe_present:
-        problems = _measured_problems(forward, backward, policy.p2p_min_gbytes_per_s)
+        problems = _measured_problems(
+            forward, backward, policy.p2p_min_gbytes_per_s, bandwidth_bar(policy, deployed)
+        )
     else:
         problems = _provisional_problems(forward, backward)
     if policy.require_same_numa and not same_numa:
@@ -143,6 +198,9 @@ def judge_pair(inputs: PlanInputs, policy: PlanPolicy, a: int, b: int) -> PairVe
             "multi-GPU across NUMA nodes (require_same_numa)",
         )
     latencies = [p.latency_ns for p in (forward, backward) if p.latency_ns is not None]
+    speeds = [p.gbytes_per_s for p in (forward, backward) if p.can_access_peer]
+    slower = min(speeds) if len(speeds) == 2 and None not in speeds else None
+    others_ok = all("below p2p_min_gbytes_per_s" in problem for problem in problems)
     return PairVerdict(
         a=a,
         b=b,
@@ -155,14 +213,23 @@ def judge_pair(inputs: PlanInputs, policy: PlanPolicy, a: int, b: int) -> PairVe
         same_numa=same_numa,
         qualifies=not problems,
         problems=tuple(problems),
+        hysteresis=_hysteresis_note(policy, deployed, slower, not problems)
+        if inputs.probe_present and others_ok
+        else None,
     )
 
 
 def judge_pairs(
-    inputs: PlanInputs, policy: PlanPolicy, indices: Iterable[int]
+    inputs: PlanInputs,
+    policy: PlanPolicy,
+    indices: Iterable[int],
+    previous: PreviousPlan | None = None,
 ) -> dict[tuple[int, int], PairVerdict]:
     ordered = sorted(indices)
-    return {(a, b): judge_pair(inputs, policy, a, b) for a, b in itertools.combinations(ordered, 2)}
+    return {
+        (a, b): judge_pair(inputs, policy, a, b, previous)
+        for a, b in itertools.combinations(ordered, 2)
+    }
 
 
 @dataclass(frozen=True)

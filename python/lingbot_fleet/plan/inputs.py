@@ -69,7 +69,19 @@ def findings_by_subject(findings: Iterable[Any] | None) -> dict[str, tuple[Findi
 def _gpu_findings(
     gpu: Mapping[str, Any], grouped: Mapping[str, tuple[FindingRef, ...]]
 ) -> tuple[FindingRef, ...]:
-    subjects = [str(gpu.get("bus_id") or ""), str(gpu.get("uuid") or ""), f"gpu {gpu['index']}"]
+    # A finding about a PCIe bridge above the GPU (PCIE_ACS_REDIRECT on a switch port, say)
+    # is about the GPU's link too.
+    bridges = [
+        str(bridge.get("bdf") or "")
+        for bridge in gpu.get("bridges") or []
+        if isinstance(bridge, Mapping)
+    ]
+    subjects = [
+        str(gpu.get("bus_id") or ""),
+        str(gpu.get("uuid") or ""),
+        f"gpu {gpu['index']}",
+        *bridges,
+    ]
     refs: list[FindingRef] = []
     for subject in subjects:
         if subject:

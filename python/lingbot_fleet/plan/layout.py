@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..findings import Finding
 from .eligibility import Eligibility
 from .grouping import Group, PairVerdict, best_group
 from .model import PlanInputs
@@ -77,14 +78,50 @@ def _fallback(
     )
 
 
+def _alone(
+    index: int, placed: Sequence[int], eligible: Sequence[int], verdicts, inputs: PlanInputs
+) -> Selection:
+    """A GPU left after the groups: it runs as its own single-GPU instance."""
+    if len(eligible) == 1:
+        why = f"GPU {index} is the only eligible GPU"
+    else:
+        partners = [
+            verdicts[(min(index, other), max(index, other))]
+            for other in sorted(set(eligible) - {index})
+        ]
+        failed = "; ".join(v.reason() for v in partners if not v.qualifies)
+        taken = [v.name for v in partners if v.qualifies]
+        parts = []
+        if failed:
+            parts.append(f"no pair with GPU {index} qualifies for cooperative inference: {failed}")
+        if taken:
+            parts.append(
+                f"its qualifying pair(s) {', '.join(taken)} lead to GPUs already in a larger "
+                "group (a group needs every pair to qualify)"
+            )
+        why = "; ".join(parts)
+    node = inputs.gpu(index).numa_node
+    return Selection(
+        (index,),
+        f"Single GPU: {why}; GPU {index} runs as its own instance on NUMA node {node}.",
+        fallback=True,
+    )
+
+
 def _auto(eligible, verdicts, inputs, eligibility, policy) -> list[Selection]:
+    """Every eligible GPU: the best groups first, then each GPU left as its own instance."""
     remaining = list(eligible)
     selections: list[Selection] = []
     while (group := best_group(remaining, verdicts, policy.max_gpus_per_instance)) is not None:
         selections.append(Selection(group.gpus, _group_reason(group, _scope(group, inputs))))
         remaining = [index for index in remaining if index not in group.gpus]
-    if not selections:
-        return [_fallback(eligible, verdicts, inputs, eligibility, policy)]
+    placed = [index for s in selections for index in s.gpus]
+    singles = (
+        order_gpus(remaining, bound_numa_node(remaining, inputs), inputs, eligibility, policy)
+        if remaining
+        else []
+    )
+    selections += [_alone(index, placed, eligible, verdicts, inputs) for index in singles]
     return selections
 
 
@@ -121,9 +158,46 @@ def choose_selections(
     eligibility: dict[int, Eligibility],
     policy: PlanPolicy,
 ) -> list[Selection]:
+    """The instances, best first (larger groups, then the better single GPUs), at most
+    max_instances of them."""
     if not eligible:
         return []
-    return LAYOUTS[policy.instance_layout](list(eligible), verdicts, inputs, eligibility, policy)
+    chosen = LAYOUTS[policy.instance_layout](list(eligible), verdicts, inputs, eligibility, policy)
+    if policy.max_instances is not None:
+        chosen = chosen[: policy.max_instances]
+    return chosen
+
+
+def idle_gpus_finding(
+    eligible: Sequence[int], selections: Sequence[Selection], policy: PlanPolicy
+) -> Finding | None:
+    """Eligible GPUs that the policy leaves without an instance: which, why, and the fix."""
+    used = {index for selection in selections for index in selection.gpus}
+    idle = [index for index in eligible if index not in used]
+    if not idle:
+        return None
+    gpus = ", ".join(map(str, idle))
+    causes, fixes = [], []
+    if policy.instance_layout != "auto":
+        causes.append(f"instance_layout {policy.instance_layout}")
+        fixes.append("set lingbot_service_instance_layout: auto (an instance per usable group)")
+    if policy.max_instances is not None:
+        causes.append(f"max_instances {policy.max_instances}")
+        fixes.append(
+            f"raise lingbot_service_max_instances to {policy.max_instances + len(idle)} or "
+            "set it to null"
+        )
+    return Finding(
+        code="PLAN_GPUS_IDLE",
+        severity="warning",
+        subject="node",
+        message=(
+            f"eligible GPU(s) {gpus} get no LingBot instance: the policy "
+            f"({', '.join(causes)}) keeps them idle"
+        ),
+        evidence={"idle_gpus": idle, "instances": len(selections)},
+        fix="; or ".join(fixes) + ", if they should serve",
+    )
 
 
 def numa_split_reason(

@@ -27,21 +27,24 @@ def order_gpus(
     eligibility: dict[int, Eligibility],
     policy: PlanPolicy,
 ) -> list[int]:
-    """Best host bandwidth (h2d; within host_bandwidth_tie_percent counts as equal), then on
-    the bound NUMA node, then the healthiest link, then the lowest index."""
-    measured = [inputs.gpu(i).h2d_gbytes_per_s for i in members]
-    known = [value for value in measured if value is not None]
-    best = max(known) if known else None
+    """The primary first (docs/lingbot.md "The primary GPU"): host locality (on the bound
+    NUMA node, then the best host bandwidth, h2d, where figures within
+    host_bandwidth_tie_percent of the best count as equal), then the healthiest link (the
+    gpu_checks findings about the GPU), then the lowest index."""
+    local = [i for i in members if inputs.gpu(i).numa_node == bound_node] or list(members)
+    known = [inputs.gpu(i).h2d_gbytes_per_s for i in local]
+    measured = [value for value in known if value is not None]
+    best = max(measured) if measured else None
     tie_floor = best * (1 - policy.host_bandwidth_tie_percent / 100) if best is not None else None
 
-    def key(index: int) -> tuple[int, float, int, int, int]:
+    def key(index: int) -> tuple[int, int, float, int, int]:
         gpu = inputs.gpu(index)
         h2d = gpu.h2d_gbytes_per_s
         near_best = h2d is None or tie_floor is None or h2d >= tie_floor
         return (
+            0 if gpu.numa_node == bound_node else 1,
             0 if near_best else 1,
             0.0 if near_best else -(h2d or 0.0),
-            0 if gpu.numa_node == bound_node else 1,
             eligibility[index].link_health_rank,
             index,
         )
@@ -53,9 +56,8 @@ def order_reason(
     ordered: Sequence[int], bound_node: int, inputs: PlanInputs, eligibility: dict[int, Eligibility]
 ) -> str:
     primary = inputs.gpu(ordered[0])
-    health = (
-        "healthy link" if eligibility[primary.index].link_health_rank == 0 else "link with findings"
-    )
+    rank = eligibility[primary.index].link_health_rank
+    health = "healthy link" if rank == 0 else f"link health rank {rank} (findings)"
     if primary.h2d_gbytes_per_s is not None:
         bandwidth = f"host bandwidth {primary.h2d_gbytes_per_s:.1f} GB/s (h2d)"
     else:
@@ -68,9 +70,14 @@ def order_reason(
     for index in ordered[1:]:
         gpu = inputs.gpu(index)
         figure = f" ({gpu.h2d_gbytes_per_s:.1f} GB/s)" if gpu.h2d_gbytes_per_s is not None else ""
-        rest.append(f"GPU {index}{figure}")
+        rank = eligibility[index].link_health_rank
+        health = f", link health rank {rank}" if rank else ""
+        rest.append(f"GPU {index}{figure}{health}")
     if rest:
-        text += f"; then {', '.join(rest)} (ties by index)"
+        text += (
+            f"; then {', '.join(rest)} (order: host locality, then the healthiest link, "
+            "then the index)"
+        )
     return text + "."
 
 
@@ -119,8 +126,9 @@ def layer_affinity(gpu_count: int, policy: PlanPolicy) -> tuple[dict[str, str], 
     if policy.model_num_layers is None:
         affinity["layers.*"] = "gpu:1"
         return affinity, (
-            "embed_tokens and lm_head on the primary gpu:0; layers.* on gpu:1 (set "
-            "model_num_layers to spread the decoder layers over every GPU in order)."
+            "embed_tokens and lm_head on the primary gpu:0; layers.* on gpu:1: the layer count "
+            "is unknown (the lingbot_service role reads it from the model's config.json; "
+            "elsewhere set model_num_layers to spread the decoder layers over every GPU)."
         )
     spans = []
     for ordinal, block in enumerate(_layer_blocks(policy.model_num_layers, gpu_count)):

@@ -16,6 +16,10 @@ from .model import PlanInputError
 
 ROLE_PREFIX = "lingbot_service_"
 INSTANCE_LAYOUTS = ("auto", "per_numa", "single")
+# The threshold is written as GB/s on the command line (`%g`) and x 8 as Gbit/s in
+# config.yaml; with at most two decimals below this bound both read back exactly.
+THRESHOLD_DECIMALS = 2
+THRESHOLD_BELOW_GBYTES_PER_S = 10000.0
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,9 @@ class PlanPolicy:
     host_bandwidth_tie_percent: float = 5.0
     model_num_layers: int | None = None
     baseline: Baseline | None = None
+    max_instances: int | None = None
+    p2p_hysteresis_percent: float = 5.0
+    figure_tolerance_percent: float = 10.0
 
     def to_dict(self) -> dict[str, Any]:
         baseline = None
@@ -64,6 +71,9 @@ class PlanPolicy:
             "host_bandwidth_tie_percent": self.host_bandwidth_tie_percent,
             "model_num_layers": self.model_num_layers,
             "baseline": baseline,
+            "max_instances": self.max_instances,
+            "p2p_hysteresis_percent": self.p2p_hysteresis_percent,
+            "figure_tolerance_percent": self.figure_tolerance_percent,
         }
 
 
@@ -77,6 +87,30 @@ def _number(key: str, value: Any, minimum: float, *, exclusive: bool = False) ->
         relation = ">" if exclusive else ">="
         raise PlanInputError(f"policy {key}: must be {relation} {minimum:g}, got {value!r}")
     return float(value)
+
+
+def _threshold(value: Any) -> float:
+    """p2p_min_gbytes_per_s: > 0, below 10000, at most two decimals (so it round-trips)."""
+    key = "p2p_min_gbytes_per_s"
+    number = _number(key, value, 0.0, exclusive=True)
+    if number >= THRESHOLD_BELOW_GBYTES_PER_S:
+        raise PlanInputError(
+            f"policy {key}: must be below {THRESHOLD_BELOW_GBYTES_PER_S:g} GB/s, got {value!r}"
+        )
+    if round(number, THRESHOLD_DECIMALS) != number:
+        raise PlanInputError(
+            f"policy {key}: at most {THRESHOLD_DECIMALS} decimals (0.01 GB/s steps, so the "
+            f"command line and config.yaml carry it exactly), got {value!r}; write "
+            f"{round(number, THRESHOLD_DECIMALS):g}"
+        )
+    return number
+
+
+def _percent(key: str, value: Any) -> float:
+    number = _number(key, value, 0.0)
+    if number >= 100:
+        raise PlanInputError(f"policy {key}: must be below 100 (percent), got {value!r}")
+    return number
 
 
 def _integer(key: str, value: Any, minimum: int, maximum: int | None = None) -> int:
@@ -173,12 +207,10 @@ def policy_from_mapping(values: Mapping[str, Any] | None) -> PlanPolicy:
     defaults = PlanPolicy()
     allow = raw.get("allow_gpus")
     num_layers = raw.get("model_num_layers")
+    max_instances = raw.get("max_instances")
     return PlanPolicy(
-        p2p_min_gbytes_per_s=_number(
-            "p2p_min_gbytes_per_s",
-            raw.get("p2p_min_gbytes_per_s", defaults.p2p_min_gbytes_per_s),
-            0.0,
-            exclusive=True,
+        p2p_min_gbytes_per_s=_threshold(
+            raw.get("p2p_min_gbytes_per_s", defaults.p2p_min_gbytes_per_s)
         ),
         instance_layout=_choice(
             "instance_layout",
@@ -211,4 +243,15 @@ def policy_from_mapping(values: Mapping[str, Any] | None) -> PlanPolicy:
         if num_layers is not None
         else None,
         baseline=_baseline(raw.get("baseline")),
+        max_instances=_integer("max_instances", max_instances, 1, 64)
+        if max_instances is not None
+        else None,
+        p2p_hysteresis_percent=_percent(
+            "p2p_hysteresis_percent",
+            raw.get("p2p_hysteresis_percent", defaults.p2p_hysteresis_percent),
+        ),
+        figure_tolerance_percent=_percent(
+            "figure_tolerance_percent",
+            raw.get("figure_tolerance_percent", defaults.figure_tolerance_percent),
+        ),
     )
