@@ -205,6 +205,9 @@ LANE_GBYTES_PER_S = {
 # (TLP headers, flow control, DMA turnaround): Gen4 x16 measures about 25 GB/s of 31.5,
 # Gen5 x16 about 55 of 63; public health checks fail Gen5 x16 below about 48 GB/s.
 HOST_COPY_EFFICIENCY = 0.75
+# Smaller host copies are not judged against the floor: their fixed latency (about 10 us)
+# weighs on the figure (a 4 MiB copy reads 5 % low on a healthy Gen4 x16 link).
+HOST_COPY_MIN_BYTES = 32 << 20
 # The ports a link reaches from below: a switch upstream port's link goes up to the port
 # above it; root ports and switch downstream ports link down (to a GPU or a switch).
 UPSTREAM_FACING_PORT_TYPES = ("switch_upstream",)
@@ -478,9 +481,11 @@ def host_bandwidth_findings(
     """Measured H2D/D2H copy-engine bandwidth (the probe's, nvbandwidth's method) against
     the floor of what the path can do: the link whose ends allow the least (generation and
     width), times HOST_COPY_EFFICIENCY. A link that trained narrow, or one below its
-    generation under load, halves the figure without any other symptom at rest."""
+    generation under load, halves the figure without any other symptom at rest. Figures
+    of copies smaller than HOST_COPY_MIN_BYTES are not judged (`size_bytes`)."""
     rated = [(rate, link) for link in links if (rate := _link_rate(link, link.max_width))]
-    if not host_copy or not rated:
+    size_bytes = (host_copy or {}).get("size_bytes")
+    if not host_copy or not rated or (size_bytes is not None and size_bytes < HOST_COPY_MIN_BYTES):
         return []
     capacity, bottleneck = min(rated, key=lambda item: item[0])
     assert bottleneck.max_gen is not None and bottleneck.max_width is not None
@@ -881,7 +886,8 @@ def _host_copy(gpu: Mapping[str, Any], probe: Mapping[str, Any]) -> dict[str, An
     figures = {key: gpu.get(key) for key in ("h2d_gbytes_per_s", "d2h_gbytes_per_s")}
     if gpu.get("error") or all(value is None for value in figures.values()):
         return None
-    return {**figures, "source": f"probe of {probe.get('timestamp')}"}
+    size_bytes = (probe.get("parameters") or {}).get("size_bytes")
+    return {**figures, "size_bytes": size_bytes, "source": f"probe of {probe.get('timestamp')}"}
 
 
 def host_copies_from_probe(

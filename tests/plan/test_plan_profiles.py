@@ -73,6 +73,11 @@ EXPECTED: dict[str, tuple[str, list[tuple[str, int, list[int], str]], str]] = {
         ],
         "weakest pair 2-3: 25.3 GB/s",
     ),
+    "pcie-switch-narrow-uplink": (
+        "multi_gpu",
+        [("main", 0, [0, 1], "p2p_direct")],
+        "weakest pair 0-1: 25.3 GB/s",
+    ),
 }
 
 
