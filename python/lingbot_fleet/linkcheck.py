@@ -3,11 +3,17 @@
 Pure functions, stdlib only (they run in a role module on the node and on the controller).
 
 Rules:
-- Width is judged at rest: the negotiated width against the expected width (per GPU model,
-  default the GPU's own maximum).
+- The path: the GPU's own link and every bridge link up to the root port (path_links).
+  Width is judged at rest, per link: narrower than the expected width (per GPU model,
+  default the GPU's own maximum) because an end can do no more is
+  PCIE_WIDTH_BELOW_EXPECTED (the slot, or the device, limits it); trained below what
+  both ends can do is PCIE_LINK_TRAINED_BELOW_CAPABILITY (a bad seat, riser or cable).
+- Host bandwidth: the probe's H2D/D2H copy-engine figures against the floor of what the
+  path can do (host_copy_floor_gbytes_per_s of its narrowest-capable link).
 - Generation: a GPU idling at a low generation is never a finding. A slot that cannot
-  negotiate the expected generation is (`basis: negotiable_max`). Under load, a
-  generation below the expected one is (`basis: under_load`), judged on a reading taken
+  negotiate the expected generation is (`basis: negotiable_max`; for bridge links too,
+  whose generation at rest is never judged). Under load, a GPU link below the expected
+  generation is trained below capability (`basis: under_load`), judged on a reading taken
   by DCGM's rule (facts.load.LinkReading): after at least `min_load_s` of sustained
   copies, with the GPU in P0 before and after the reading. A reading that misses the rule
   (too short a load, a low-power state at either end, a failed read) leaves the
@@ -185,42 +191,373 @@ def load_summary(sample: Mapping[str, Any] | None, min_load_s: float) -> dict[st
     }
 
 
-def width_findings(gpu: Mapping[str, Any], policy: LinkPolicy) -> list[Finding]:
+# Raw PCIe bandwidth per lane and direction in GB/s, after the line code: 8b/10b up to
+# Gen2, 128b/130b for Gen3 to Gen5, FLIT 242/256 for Gen6.
+LANE_GBYTES_PER_S = {
+    1: 2.5 * 8 / 10 / 8,
+    2: 5.0 * 8 / 10 / 8,
+    3: 8.0 * 128 / 130 / 8,
+    4: 16.0 * 128 / 130 / 8,
+    5: 32.0 * 128 / 130 / 8,
+    6: 64.0 * 242 / 256 / 8,
+}
+# Share of the raw rate a healthy link gives nvbandwidth-style copy-engine host copies
+# (TLP headers, flow control, DMA turnaround): Gen4 x16 measures about 25 GB/s of 31.5,
+# Gen5 x16 about 55 of 63; public health checks fail Gen5 x16 below about 48 GB/s.
+HOST_COPY_EFFICIENCY = 0.75
+# Smaller host copies are not judged against the floor: their fixed latency (about 10 us)
+# weighs on the figure (a 4 MiB copy reads 5 % low on a healthy Gen4 x16 link).
+HOST_COPY_MIN_BYTES = 32 << 20
+# The ports a link reaches from below: a switch upstream port's link goes up to the port
+# above it; root ports and switch downstream ports link down (to a GPU or a switch).
+UPSTREAM_FACING_PORT_TYPES = ("switch_upstream",)
+
+
+def raw_link_gbytes_per_s(gen: int, width: int) -> float:
+    """What a PCIe link carries per direction before protocol overhead (GB/s)."""
+    return LANE_GBYTES_PER_S[gen] * width
+
+
+def host_copy_floor_gbytes_per_s(gen: int, width: int) -> float:
+    """The lowest H2D/D2H copy-engine figure a healthy Gen<gen> x<width> path gives."""
+    return round(raw_link_gbytes_per_s(gen, width) * HOST_COPY_EFFICIENCY, 1)
+
+
+def _smallest(*values: int | None) -> int | None:
+    known = [value for value in values if value is not None]
+    return min(known) if known else None
+
+
+@dataclass(frozen=True)
+class PathLink:
+    """One PCIe link on a GPU's path to its root port.
+
+    `device` is the end below (the GPU, or a switch's upstream port), `port` the end above
+    (the slot: a root port or a switch downstream port). The link can do the smaller of
+    the two ends' maxima (`max_gen`, `max_width`); `current_*` is what it trained at.
+    """
+
+    device: str
+    device_kind: str  # "gpu" or the bridge's port type
+    port: str | None
+    port_kind: str | None
+    current_gen: int | None
+    current_width: int | None
+    device_max_gen: int | None
+    device_max_width: int | None
+    port_max_gen: int | None
+    port_max_width: int | None
+    max_gen: int | None
+    max_width: int | None
+
+    @property
+    def name(self) -> str:
+        above = f" - {self.port_kind or 'port'} {self.port}" if self.port else ""
+        below = "GPU" if self.device_kind == "gpu" else (self.device_kind or "bridge")
+        return f"the link {below} {self.device}{above}".replace("_", " ")
+
+    def to_evidence(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "device_kind": self.device_kind,
+            "port": self.port,
+            "port_kind": self.port_kind,
+            "current_gen": self.current_gen,
+            "current_width": self.current_width,
+            "device_max_gen": self.device_max_gen,
+            "device_max_width": self.device_max_width,
+            "port_max_gen": self.port_max_gen,
+            "port_max_width": self.port_max_width,
+            "max_gen": self.max_gen,
+            "max_width": self.max_width,
+        }
+
+
+def _faces_up(bridges: Sequence[Mapping[str, Any]], position: int) -> bool:
+    """Whether the bridge's link goes up to the next bridge. Without a port type (config
+    space unreadable as non-root) the path's shape decides: from the root port (last,
+    linking down) bridges alternate between linking up and linking down."""
+    port_type = bridges[position].get("port_type")
+    if port_type is not None:
+        return port_type in UPSTREAM_FACING_PORT_TYPES
+    return (len(bridges) - 1 - position) % 2 == 1
+
+
+def path_links(gpu: Mapping[str, Any]) -> list[PathLink]:
+    """The GPU's own link, then every bridge link up to the root port (nearest first)."""
     pcie = gpu["pcie"]
-    _gen, expected_width = policy.expected(gpu)
-    width = pcie.get("current_width")
-    if width is None or expected_width is None or width >= expected_width:
+    bridges = list(gpu.get("bridges") or [])
+    slot = bridges[0] if bridges else None
+    slot_link = (slot or {}).get("link") or {}
+    links = [
+        PathLink(
+            device=gpu["bus_id"],
+            device_kind="gpu",
+            port=slot["bdf"] if slot else None,
+            port_kind=slot.get("port_type") if slot else None,
+            current_gen=pcie.get("current_gen"),
+            current_width=pcie.get("current_width"),
+            device_max_gen=pcie.get("max_gen_gpu"),
+            device_max_width=pcie.get("max_width_gpu"),
+            port_max_gen=slot_link.get("max_gen"),
+            port_max_width=slot_link.get("max_width"),
+            # NVML's negotiable maximum is this link's; the slot's LnkCap where it has none.
+            max_gen=_smallest(pcie.get("max_gen"))
+            or _smallest(pcie.get("max_gen_gpu"), slot_link.get("max_gen")),
+            max_width=_smallest(pcie.get("max_width"))
+            or _smallest(pcie.get("max_width_gpu"), slot_link.get("max_width")),
+        )
+    ]
+    for position in range(len(bridges) - 1):
+        if not _faces_up(bridges, position):
+            continue
+        below, above = bridges[position], bridges[position + 1]
+        below_link = below.get("link") or {}
+        above_link = above.get("link") or {}
+        links.append(
+            PathLink(
+                device=below["bdf"],
+                device_kind=below.get("port_type") or "bridge",
+                port=above["bdf"],
+                port_kind=above.get("port_type"),
+                current_gen=_smallest(below_link.get("current_gen"), above_link.get("current_gen")),
+                current_width=_smallest(
+                    below_link.get("current_width"), above_link.get("current_width")
+                ),
+                device_max_gen=below_link.get("max_gen"),
+                device_max_width=below_link.get("max_width"),
+                port_max_gen=above_link.get("max_gen"),
+                port_max_width=above_link.get("max_width"),
+                max_gen=_smallest(below_link.get("max_gen"), above_link.get("max_gen")),
+                max_width=_smallest(below_link.get("max_width"), above_link.get("max_width")),
+            )
+        )
+    return links
+
+
+def _limited_by(link: PathLink, attribute: str, expected: int) -> str:
+    """`port` when the slot (the end above) cannot do `expected`, else `device`."""
+    port_max = getattr(link, f"port_max_{attribute}")
+    return "port" if port_max is not None and port_max < expected else "device"
+
+
+def _end_name(link: PathLink, end: str) -> str:
+    if end == "port":
+        return f"{(link.port_kind or 'port').replace('_', ' ')} {link.port}"
+    if link.device_kind == "gpu":
+        return f"the GPU {link.device}"
+    return f"{link.device_kind.replace('_', ' ')} {link.device}"
+
+
+def _gpu_list(bus_ids: Sequence[str]) -> str:
+    return ", ".join(bus_ids)
+
+
+def link_width_findings(
+    link: PathLink, expected_width: int | None, label: str, gpus: Sequence[str]
+) -> list[Finding]:
+    """Width at rest of one link on the path: narrower than expected because an end can do
+    no more (PCIE_WIDTH_BELOW_EXPECTED: the slot, or the device, limits it), or trained
+    below what both ends can do (PCIE_LINK_TRAINED_BELOW_CAPABILITY: a bad seat, riser
+    or cable). `label` names what the link carries ("GPU 1 (model)", "the link ...")."""
+    width, capable = link.current_width, link.max_width
+    if width is None or expected_width is None or capable is None:
         return []
-    slot_width = pcie.get("max_width")
-    if slot_width is not None and slot_width < expected_width:
+    evidence = {
+        "link": link.to_evidence(),
+        "expected_width": expected_width,
+        "gpus": list(gpus),
+    }
+    findings = []
+    if capable < expected_width:
+        limited_by = _limited_by(link, "width", expected_width)
+        end = _end_name(link, limited_by)
+        if limited_by == "port" and link.device_kind == "gpu":
+            fix = (
+                f"the slot offers only x{link.port_max_width}: move the GPU to a "
+                f"CPU-attached x{expected_width} slot, or change the BIOS lane split "
+                "(bifurcation, lanes shared with M.2/U.2 slots) so this slot gets all its lanes"
+            )
+        elif limited_by == "port":
+            fix = (
+                f"{end} offers only x{link.port_max_width}: move the switch (card or riser) "
+                f"to a CPU-attached x{expected_width} slot, or change the BIOS lane split "
+                "(bifurcation) so this port gets all its lanes"
+            )
+        elif link.device_kind == "gpu":
+            fix = (
+                f"the GPU itself can do only x{link.device_max_width}: expect x"
+                f"{link.device_max_width} of this model (gpu_checks_expected_links) or use "
+                f"a GPU that does x{expected_width}"
+            )
+        else:
+            fix = (
+                f"{end} can do only x{link.device_max_width}: the switch's uplink is "
+                f"narrower than its GPUs' links; put GPUs that need their full host "
+                f"bandwidth behind a x{expected_width} uplink"
+            )
+        findings.append(
+            Finding(
+                code="PCIE_WIDTH_BELOW_EXPECTED",
+                severity="error",
+                subject=link.device,
+                message=(
+                    f"{label} runs at x{width}, expected x{expected_width}: {end} can do "
+                    f"at most x{getattr(link, f'{limited_by}_max_width')}"
+                ),
+                evidence={**evidence, "limited_by": limited_by},
+                fix=fix,
+            )
+        )
+    if width < min(capable, expected_width):
+        between = "GPU and slot" if link.device_kind == "gpu" else "both ends"
+        findings.append(
+            Finding(
+                code="PCIE_LINK_TRAINED_BELOW_CAPABILITY",
+                severity="error",
+                subject=link.device,
+                message=(
+                    f"{label} trained at x{width} although {between} can do x{capable}"
+                    + ("" if link.device_kind == "gpu" else f" (below it: {_gpu_list(gpus)})")
+                ),
+                evidence={**evidence, "aspect": "width", "basis": "at_rest"},
+                fix=(
+                    f"{_end_name(link, 'port')} can do x{link.port_max_width} but the link "
+                    f"trained at x{width}: reseat the "
+                    + ("card" if link.device_kind == "gpu" else "switch card")
+                    + ", check the riser or cable, and look for PCIe (AER) errors of "
+                    f"{link.device} and {link.port} in the kernel log; then probe again"
+                ),
+            )
+        )
+    return findings
+
+
+def bridge_link_findings(
+    link: PathLink, expected: tuple[int | None, int | None], gpus: Sequence[str]
+) -> list[Finding]:
+    """A bridge link on the path: its width at rest (link_width_findings) and whether its
+    ends can negotiate the expected generation. Its generation at rest is never judged
+    (links idle low); a bridge link below its generation under load shows in the measured
+    host bandwidth (host_bandwidth_findings)."""
+    expected_gen, expected_width = expected
+    label = link.name[0].upper() + link.name[1:]
+    findings = link_width_findings(link, expected_width, label, gpus)
+    if expected_gen is not None and link.max_gen is not None and link.max_gen < expected_gen:
+        end = _end_name(link, _limited_by(link, "gen", expected_gen))
+        findings.append(
+            Finding(
+                code="PCIE_GEN_BELOW_EXPECTED",
+                severity="error",
+                subject=link.device,
+                message=(
+                    f"{label}: its ends can negotiate at most Gen{link.max_gen} ({end}), "
+                    f"expected Gen{expected_gen} for {_gpu_list(gpus)}"
+                ),
+                evidence={
+                    "link": link.to_evidence(),
+                    "expected_gen": expected_gen,
+                    "gpus": list(gpus),
+                    "basis": "negotiable_max",
+                },
+                fix=(
+                    f"set {end}'s PCIe link speed to Gen{expected_gen} in the BIOS (Auto may "
+                    f"train lower), or use a switch, slot and riser rated for Gen{expected_gen}"
+                ),
+            )
+        )
+    return findings
+
+
+def _link_rate(link: PathLink, width: int | None) -> float | None:
+    if link.max_gen not in LANE_GBYTES_PER_S or not width:
+        return None
+    return raw_link_gbytes_per_s(link.max_gen, width)
+
+
+def host_bandwidth_findings(
+    gpu: Mapping[str, Any], links: Sequence[PathLink], host_copy: Mapping[str, Any] | None
+) -> list[Finding]:
+    """Measured H2D/D2H copy-engine bandwidth (the probe's, nvbandwidth's method) against
+    the floor of what the path can do: the link whose ends allow the least (generation and
+    width), times HOST_COPY_EFFICIENCY. A link that trained narrow, or one below its
+    generation under load, halves the figure without any other symptom at rest. Figures
+    of copies smaller than HOST_COPY_MIN_BYTES are not judged (`size_bytes`)."""
+    rated = [(rate, link) for link in links if (rate := _link_rate(link, link.max_width))]
+    size_bytes = (host_copy or {}).get("size_bytes")
+    if not host_copy or not rated or (size_bytes is not None and size_bytes < HOST_COPY_MIN_BYTES):
+        return []
+    capacity, bottleneck = min(rated, key=lambda item: item[0])
+    assert bottleneck.max_gen is not None and bottleneck.max_width is not None
+    floor = host_copy_floor_gbytes_per_s(bottleneck.max_gen, bottleneck.max_width)
+    measured = {
+        direction: host_copy.get(f"{direction}_gbytes_per_s") for direction in ("h2d", "d2h")
+    }
+    below = {key: value for key, value in measured.items() if value is not None and value < floor}
+    if not below:
+        return []
+    trained = [(rate, link) for link in links if (rate := _link_rate(link, link.current_width))]
+    narrowest_rate, narrowest = min(trained, key=lambda item: item[0]) if trained else (0.0, None)
+    words = {"h2d": "host-to-device", "d2h": "device-to-host"}
+    figures = " and ".join(f"{value:.1f} GB/s {words[key]}" for key, value in below.items())
+    message = (
+        f"GPU {gpu['index']} ({gpu.get('model')}) copies {figures}, below the {floor:g} GB/s "
+        f"floor of its path (Gen{bottleneck.max_gen} x{bottleneck.max_width}: "
+        f"{capacity:.1f} GB/s raw x {HOST_COPY_EFFICIENCY:g})"
+    )
+    if narrowest is not None and narrowest_rate < capacity:
+        message += (
+            f"; {narrowest.name} trained at x{narrowest.current_width} (its ends can do "
+            f"x{narrowest.max_width})"
+        )
         fix = (
-            f"the slot offers only x{slot_width}: move the GPU to a CPU-attached x"
-            f"{expected_width} slot, or change the BIOS lane split (bifurcation, lanes "
-            "shared with M.2/U.2 slots) so this slot gets all its lanes"
+            f"bring {narrowest.name} back to x{narrowest.max_width} (its "
+            "PCIE_LINK_TRAINED_BELOW_CAPABILITY finding says how), then probe again"
         )
     else:
         fix = (
-            f"the slot can do x{slot_width} but the link trained at x{width}: reseat the "
-            "card, check the riser or cable, and look for PCIe errors in the kernel log"
+            "every link on the path trained at full width: read the links on the path "
+            "while copies run (lspci -vv -s <bdf>, LnkSta) for one below "
+            f"Gen{bottleneck.max_gen}, check the probe's numa_binding and the IOMMU mode, "
+            "then probe again"
         )
     return [
         Finding(
-            code="PCIE_WIDTH_BELOW_EXPECTED",
+            code="PCIE_HOST_BANDWIDTH_BELOW_FLOOR",
             severity="error",
             subject=gpu["bus_id"],
-            message=(
-                f"GPU {gpu['index']} ({gpu.get('model')}) runs at x{width}, "
-                f"expected x{expected_width}"
-            ),
+            message=message,
             evidence={
-                "current_width": width,
-                "max_width": slot_width,
-                "max_width_gpu": pcie.get("max_width_gpu"),
-                "expected_width": expected_width,
-                "upstream_port": pcie.get("upstream_port"),
+                **{f"{key}_gbytes_per_s": value for key, value in measured.items()},
+                "floor_gbytes_per_s": floor,
+                "path_max_gen": bottleneck.max_gen,
+                "path_max_width": bottleneck.max_width,
+                "raw_gbytes_per_s": round(capacity, 1),
+                "efficiency": HOST_COPY_EFFICIENCY,
+                "narrowest_link": narrowest.to_evidence() if narrowest else None,
+                "source": host_copy.get("source"),
             },
             fix=fix,
         )
+    ]
+
+
+def width_findings(gpu: Mapping[str, Any], policy: LinkPolicy) -> list[Finding]:
+    """The GPU's own link at rest (link_width_findings), with the GPU's evidence keys."""
+    pcie = gpu["pcie"]
+    _gen, expected_width = policy.expected(gpu)
+    label = f"GPU {gpu['index']} ({gpu.get('model')})"
+    findings = link_width_findings(path_links(gpu)[0], expected_width, label, [gpu["bus_id"]])
+    gpu_evidence = {
+        "current_width": pcie.get("current_width"),
+        "max_width": pcie.get("max_width"),
+        "max_width_gpu": pcie.get("max_width_gpu"),
+        "expected_width": expected_width,
+        "upstream_port": pcie.get("upstream_port"),
+    }
+    return [
+        Finding(f.code, f.severity, f.subject, f.message, {**f.evidence, **gpu_evidence}, f.fix)
+        for f in findings
     ]
 
 
@@ -283,13 +620,14 @@ def generation_findings(
     if under_load < expected_gen:
         return [
             Finding(
-                code="PCIE_GEN_BELOW_EXPECTED",
+                code="PCIE_LINK_TRAINED_BELOW_CAPABILITY",
                 severity="error",
                 subject=gpu["bus_id"],
                 message=(
-                    f"{label} reached only Gen{under_load} under load, expected Gen{expected_gen}"
+                    f"{label} reached only Gen{under_load} under load although GPU and slot "
+                    f"can do Gen{negotiable or expected_gen}, expected Gen{expected_gen}"
                 ),
-                evidence={**evidence, "basis": "under_load"},
+                evidence={**evidence, "aspect": "gen", "basis": "under_load"},
                 fix=(
                     "the link does not train up under load: reseat the card, check the "
                     f"riser, and set the slot's link speed to Gen{expected_gen} in the BIOS"
@@ -406,9 +744,18 @@ def check_links(
     facts: Mapping[str, Any],
     policy: LinkPolicy,
     load: Mapping[str, Any] | None = None,
+    host_copies: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[Finding]:
-    """Every PCIe link and NUMA finding of a node; `load` is gpu_link_load's result."""
+    """Every PCIe link and NUMA finding of a node; `load` is gpu_link_load's result (or
+    load_from_probe's); `host_copies` the measured H2D/D2H figures by bus id
+    (host_copies_from_probe), by default those the load samples carry (`host_copy`)."""
     samples = {sample["bus_id"]: sample for sample in (load or {}).get("gpus", [])}
+    if host_copies is None:
+        host_copies = {
+            bus_id: sample["host_copy"]
+            for bus_id, sample in samples.items()
+            if sample.get("host_copy")
+        }
     findings: list[Finding] = []
     for gpu in facts.get("gpus", []):
         if gpu.get("lost"):
@@ -416,10 +763,38 @@ def check_links(
             continue
         findings += width_findings(gpu, policy)
         findings += generation_findings(gpu, policy, samples.get(gpu["bus_id"]))
+        findings += host_bandwidth_findings(gpu, path_links(gpu), host_copies.get(gpu["bus_id"]))
         findings += chipset_findings(gpu, policy)
+    findings += path_findings(facts, policy)
     findings += acs_redirect_findings(facts)
     findings += numa_findings(facts, policy)
     return findings
+
+
+def path_findings(facts: Mapping[str, Any], policy: LinkPolicy) -> list[Finding]:
+    """Every bridge link above the GPUs (bridge_link_findings), once per link, judged
+    against the most any GPU below it expects; in bus order of the link's lower end."""
+    below: dict[str, list[str]] = {}
+    links: dict[str, PathLink] = {}
+    expected: dict[str, tuple[int | None, int | None]] = {}
+    for gpu in facts.get("gpus", []):
+        if gpu.get("lost"):
+            continue
+        gen, width = policy.expected(gpu)
+        for link in path_links(gpu)[1:]:
+            links.setdefault(link.device, link)
+            below.setdefault(link.device, []).append(gpu["bus_id"])
+            known_gen, known_width = expected.get(link.device, (None, None))
+            expected[link.device] = (_largest(known_gen, gen), _largest(known_width, width))
+    findings: list[Finding] = []
+    for device in sorted(links):
+        findings += bridge_link_findings(links[device], expected[device], below[device])
+    return findings
+
+
+def _largest(*values: int | None) -> int | None:
+    known = [value for value in values if value is not None]
+    return max(known) if known else None
 
 
 ACS_REDIRECT_BITS = ("request_redirect", "completion_redirect")
@@ -495,23 +870,60 @@ def probe_age_s(probe: Mapping[str, Any], now_s: float) -> float | None:
     return now_s - taken.replace(tzinfo=timezone.utc).timestamp()
 
 
+def _fresh_probe(
+    probe: Mapping[str, Any] | None, max_age_s: float | None, now_s: float | None
+) -> bool:
+    """A probe to use: given, and younger than `max_age_s` when that is given."""
+    if not probe:
+        return False
+    if max_age_s is None:
+        return True
+    age_s = probe_age_s(probe, time.time() if now_s is None else now_s)
+    return age_s is not None and age_s <= max_age_s
+
+
+def _host_copy(gpu: Mapping[str, Any], probe: Mapping[str, Any]) -> dict[str, Any] | None:
+    figures = {key: gpu.get(key) for key in ("h2d_gbytes_per_s", "d2h_gbytes_per_s")}
+    if gpu.get("error") or all(value is None for value in figures.values()):
+        return None
+    size_bytes = (probe.get("parameters") or {}).get("size_bytes")
+    return {**figures, "size_bytes": size_bytes, "source": f"probe of {probe.get('timestamp')}"}
+
+
+def host_copies_from_probe(
+    probe: Mapping[str, Any] | None,
+    *,
+    max_age_s: float | None = None,
+    now_s: float | None = None,
+) -> dict[str, dict[str, Any]]:
+    """The probe's H2D/D2H copy-engine figures by bus id (empty when the probe is older
+    than `max_age_s`: a stale figure says nothing about the links now)."""
+    if not _fresh_probe(probe, max_age_s, now_s):
+        return {}
+    assert probe is not None
+    copies = {}
+    for gpu in probe.get("gpus") or []:
+        figures = _host_copy(gpu, probe)
+        if figures is not None:
+            copies[str(gpu.get("bus_id"))] = figures
+    return copies
+
+
 def load_from_probe(
     probe: Mapping[str, Any] | None,
     *,
     max_age_s: float | None = None,
     now_s: float | None = None,
 ) -> dict[str, Any] | None:
-    """The probe's per-GPU link readings under load, in gpu_link_load's shape.
+    """The probe's per-GPU link readings under load, in gpu_link_load's shape, each with
+    the GPU's measured host figures (`host_copy`, see host_copies_from_probe).
 
     With `max_age_s`, None when the probe is older than that (or its age is unknown): a
     stale reading says nothing about the link now.
     """
-    if not probe:
+    if not _fresh_probe(probe, max_age_s, now_s):
         return None
-    if max_age_s is not None:
-        age_s = probe_age_s(probe, time.time() if now_s is None else now_s)
-        if age_s is None or age_s > max_age_s:
-            return None
+    assert probe is not None
     gpus = []
     for gpu in probe.get("gpus") or []:
         reading = gpu.get("link_under_load")
@@ -523,6 +935,7 @@ def load_from_probe(
                 "possible": True,
                 "reading": dict(reading),
                 "source": f"probe of {probe.get('timestamp')}",
+                "host_copy": _host_copy(gpu, probe),
             }
         )
     return {"possible": bool(gpus), "gpus": gpus}
@@ -645,7 +1058,8 @@ def judge_links(
     if problems:
         raise ValueError(f"facts are not a lingbot_gpu document: {'; '.join(problems)}")
     readings = load or load_from_probe(probe, max_age_s=probe_max_age_s, now_s=now_s)
-    findings = check_links(facts, LinkPolicy.from_vars(policy_vars), readings)
+    host_copies = host_copies_from_probe(probe, max_age_s=probe_max_age_s, now_s=now_s)
+    findings = check_links(facts, LinkPolicy.from_vars(policy_vars), readings, host_copies)
     findings += probe_gpu_findings(probe, facts)
     result = {
         "changed": False,

@@ -12,7 +12,12 @@ from facts_support import SMI_COMMAND, a6000_pair, boot_lab_node, load_profile
 
 from lingbot_fleet.facts import gather_facts
 from lingbot_fleet.findings import Finding, at_or_above
-from lingbot_fleet.linkcheck import LinkExpectation, LinkPolicy, check_links
+from lingbot_fleet.linkcheck import (
+    LinkExpectation,
+    LinkPolicy,
+    check_links,
+    host_copy_floor_gbytes_per_s,
+)
 
 POLICY = LinkPolicy()
 
@@ -81,12 +86,18 @@ def test_low_power_during_load_is_indeterminate_not_failed(
     assert at_or_above(findings, "warning") == []
 
 
-def test_gen_below_expected_under_load(tmp_path: Path, lab_env: Any, no_pynvml: None) -> None:
+def test_gen_trained_below_capability_under_load(
+    tmp_path: Path, lab_env: Any, no_pynvml: None
+) -> None:
     _node, facts = facts_of(a6000_pair(), tmp_path, lab_env)
     load = {"gpus": [load_sample("0000:42:00.0", 2, "P0")]}
     findings = check_links(facts, POLICY, load)
-    assert codes(findings) == [("PCIE_GEN_BELOW_EXPECTED", "error", "0000:42:00.0")]
-    assert findings[0].evidence["basis"] == "under_load"
+    assert codes(findings) == [("PCIE_LINK_TRAINED_BELOW_CAPABILITY", "error", "0000:42:00.0")]
+    assert findings[0].message == (
+        "GPU 1 (NVIDIA RTX A6000) reached only Gen2 under load although GPU and slot can do "
+        "Gen4, expected Gen4"
+    )
+    assert (findings[0].evidence["aspect"], findings[0].evidence["basis"]) == ("gen", "under_load")
     assert findings[0].evidence["load"]["gen_under_load"] == 2
 
 
@@ -203,3 +214,138 @@ def test_acs_redirect_on_the_switch_is_reported_per_port(
     )
     _node, healthy = facts_of(load_profile("pcie-4gpu-two-switches"), tmp_path / "b", lab_env)
     assert [f for f in check_links(healthy, POLICY) if f.code == "PCIE_ACS_REDIRECT"] == []
+
+
+def narrow_uplink(**uplink: int) -> dict[str, Any]:
+    """The narrow-uplink profile with other values for both ends' trained link."""
+    raw = load_profile("pcie-switch-narrow-uplink")
+    for port in raw["pcie_ports"][:2]:
+        port["link"].update(uplink)
+    return raw
+
+
+def test_facts_show_both_ends_of_every_bridge_link(
+    tmp_path: Path, lab_env: Any, no_pynvml: None
+) -> None:
+    _node, facts = facts_of(load_profile("pcie-switch-narrow-uplink"), tmp_path, lab_env)
+    bridges = facts["gpus"][0]["bridges"]
+    assert [(b["bdf"], b["port_type"], b["link"]) for b in bridges] == [
+        ("0000:42:00.0", "switch_downstream", link_facts(4, 16, 4, 16)),
+        ("0000:41:00.0", "switch_upstream", link_facts(4, 8, 4, 16)),
+        ("0000:40:01.1", "root_port", link_facts(4, 8, 4, 16)),
+    ]
+    assert facts["gpus"][0]["pcie"]["current_width"] == 16
+
+
+def link_facts(gen: int, width: int, max_gen: int, max_width: int) -> dict[str, int]:
+    return {"current_gen": gen, "current_width": width, "max_gen": max_gen, "max_width": max_width}
+
+
+def test_a_switch_uplink_trained_narrow_is_named_once(
+    tmp_path: Path, lab_env: Any, no_pynvml: None
+) -> None:
+    _node, facts = facts_of(load_profile("pcie-switch-narrow-uplink"), tmp_path, lab_env)
+    findings = check_links(facts, POLICY)
+    assert codes(findings) == [("PCIE_LINK_TRAINED_BELOW_CAPABILITY", "error", "0000:41:00.0")]
+    [finding] = findings
+    assert finding.message == (
+        "The link switch upstream 0000:41:00.0 - root port 0000:40:01.1 trained at x8 although "
+        "both ends can do x16 (below it: 0000:43:00.0, 0000:44:00.0)"
+    )
+    assert finding.fix == (
+        "root port 0000:40:01.1 can do x16 but the link trained at x8: reseat the switch card, "
+        "check the riser or cable, and look for PCIe (AER) errors of 0000:41:00.0 and "
+        "0000:40:01.1 in the kernel log; then probe again"
+    )
+    assert finding.evidence["link"]["device_max_width"] == 16
+    assert finding.evidence["link"]["port_max_width"] == 16
+    assert (finding.evidence["aspect"], finding.evidence["basis"]) == ("width", "at_rest")
+    # Without root the port types are unknown: the path's shape pairs the same two ends.
+    for gpu in facts["gpus"]:
+        for bridge in gpu["bridges"]:
+            bridge["port_type"] = None
+    assert codes(check_links(facts, POLICY)) == codes(findings)
+
+
+def test_an_uplink_the_slot_wires_narrow_is_a_slot_finding(
+    tmp_path: Path, lab_env: Any, no_pynvml: None
+) -> None:
+    raw = narrow_uplink()
+    raw["pcie_ports"][0]["link"]["max_width"] = 8
+    _node, facts = facts_of(raw, tmp_path, lab_env)
+    findings = check_links(facts, POLICY)
+    assert codes(findings) == [("PCIE_WIDTH_BELOW_EXPECTED", "error", "0000:41:00.0")]
+    assert findings[0].evidence["limited_by"] == "port"
+    assert findings[0].message == (
+        "The link switch upstream 0000:41:00.0 - root port 0000:40:01.1 runs at x8, expected "
+        "x16: root port 0000:40:01.1 can do at most x8"
+    )
+    assert findings[0].fix.startswith("root port 0000:40:01.1 offers only x8: move the switch")
+
+
+def test_an_uplink_idling_at_gen1_is_never_a_finding(
+    tmp_path: Path, lab_env: Any, no_pynvml: None
+) -> None:
+    _node, facts = facts_of(narrow_uplink(gen=1, width=16), tmp_path, lab_env)
+    assert check_links(facts, POLICY) == []
+    raw = narrow_uplink(gen=3, width=16)
+    raw["pcie_ports"][1]["link"]["max_gen"] = 3
+    _node, gen3 = facts_of(raw, tmp_path / "gen3", lab_env)
+    findings = check_links(gen3, POLICY)
+    assert codes(findings) == [("PCIE_GEN_BELOW_EXPECTED", "error", "0000:41:00.0")]
+    assert findings[0].evidence["basis"] == "negotiable_max"
+    assert findings[0].message.endswith(
+        "its ends can negotiate at most Gen3 (switch upstream 0000:41:00.0), expected Gen4 "
+        "for 0000:43:00.0, 0000:44:00.0"
+    )
+
+
+def test_a_gpu_link_trained_below_its_slot_is_not_a_slot_finding(
+    tmp_path: Path, lab_env: Any, no_pynvml: None
+) -> None:
+    raw = a6000_pair()
+    raw["gpus"][1]["link"]["width"] = 8
+    _node, facts = facts_of(raw, tmp_path, lab_env)
+    findings = check_links(facts, POLICY)
+    assert codes(findings) == [("PCIE_LINK_TRAINED_BELOW_CAPABILITY", "error", "0000:42:00.0")]
+    assert findings[0].message == (
+        "GPU 1 (NVIDIA RTX A6000) trained at x8 although GPU and slot can do x16"
+    )
+    assert findings[0].evidence["current_width"] == 8
+    assert findings[0].fix.startswith("root port 0000:40:03.1 can do x16 but the link trained")
+
+
+def test_host_copy_floors_follow_the_raw_link_rate() -> None:
+    assert host_copy_floor_gbytes_per_s(5, 16) == 47.3
+    assert host_copy_floor_gbytes_per_s(4, 16) == 23.6
+    assert host_copy_floor_gbytes_per_s(4, 8) == 11.8
+    assert host_copy_floor_gbytes_per_s(3, 16) == 11.8
+    assert host_copy_floor_gbytes_per_s(2, 16) == 6.0
+
+
+def test_host_bandwidth_is_judged_against_what_the_path_can_do(
+    tmp_path: Path, lab_env: Any, no_pynvml: None
+) -> None:
+    _node, facts = facts_of(load_profile("pcie-4gpu-two-switches"), tmp_path, lab_env)
+    healthy = {
+        g["bus_id"]: {"h2d_gbytes_per_s": 24.9, "d2h_gbytes_per_s": 26.3} for g in facts["gpus"]
+    }
+    assert check_links(facts, POLICY, host_copies=healthy) == []
+    # Every link at full width, yet half the figure: a link below its generation under load.
+    slow = {**healthy, "0000:63:00.0": {"h2d_gbytes_per_s": 12.3, "d2h_gbytes_per_s": 25.9}}
+    [finding] = check_links(facts, POLICY, host_copies=slow)
+    assert (finding.code, finding.subject) == ("PCIE_HOST_BANDWIDTH_BELOW_FLOOR", "0000:63:00.0")
+    assert finding.message == (
+        "GPU 2 (NVIDIA L40S) copies 12.3 GB/s host-to-device, below the 23.6 GB/s floor of "
+        "its path (Gen4 x16: 31.5 GB/s raw x 0.75)"
+    )
+    assert finding.fix.startswith("every link on the path trained at full width: read the links")
+    # GPU 1's x8 slot is its own finding and its x8 figures meet the x8 floor; the same
+    # figures on GPU 0's x16 path do not.
+    _node, x8 = facts_of(load_profile("a6000-x8"), tmp_path / "x8", lab_env)
+    figures = {"h2d_gbytes_per_s": 12.7, "d2h_gbytes_per_s": 13.3}
+    judged = check_links(x8, POLICY, host_copies={g["bus_id"]: figures for g in x8["gpus"]})
+    assert codes(judged) == [
+        ("PCIE_HOST_BANDWIDTH_BELOW_FLOOR", "error", "0000:01:00.0"),
+        ("PCIE_WIDTH_BELOW_EXPECTED", "error", "0000:02:00.0"),
+    ]

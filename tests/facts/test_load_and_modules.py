@@ -99,7 +99,7 @@ def test_a_short_load_reads_gen1_and_is_not_judged(
     assert "less than the 0.5 s a link needs to train up" in findings[0].message
     # What judging that reading as before (any P0 sample) would have said:
     old_rule = check_links(facts, LinkPolicy(min_load_s=0.0), load)
-    assert [f.code for f in old_rule] == ["PCIE_GEN_BELOW_EXPECTED"] * 2
+    assert [f.code for f in old_rule] == ["PCIE_LINK_TRAINED_BELOW_CAPABILITY"] * 2
 
 
 def test_a_reading_needs_p0_at_both_ends() -> None:
@@ -324,5 +324,5 @@ def test_the_judge_uses_a_probe_reading_only_while_fresh(idle_gen1_node: LabNode
     stale, _ = judge_links(facts, {}, probe=probe, probe_max_age_s=3600, now_s=now_s)
     assert stale["findings"] == []
     fresh, failure = judge_links(facts, {}, probe=probe, probe_max_age_s=10800, now_s=now_s)
-    assert [f["code"] for f in fresh["findings"]] == ["PCIE_GEN_BELOW_EXPECTED"] * 2
+    assert [f["code"] for f in fresh["findings"]] == ["PCIE_LINK_TRAINED_BELOW_CAPABILITY"] * 2
     assert failure is not None

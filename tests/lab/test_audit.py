@@ -34,6 +34,9 @@ IMPLIED_BY_PROFILE = {
     "a6000-x8": {"PCIE_WIDTH_BELOW_EXPECTED"},
     "h100-sxm-nvswitch": set(),
     "pcie-4gpu-two-switches": set(),
+    "pcie-switch-narrow-uplink": {"PCIE_LINK_TRAINED_BELOW_CAPABILITY"},
+    "rhel8-bls-kernelopts": {"NUMA_NODE_MISSING"},
+    "rhel9-bls-kernel-cmdline": set(),
 }
 
 

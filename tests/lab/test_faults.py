@@ -286,8 +286,11 @@ def test_a_node_lost_in_the_middle_of_a_rollout_stops_it_and_nothing_is_lost(boo
         assert booted_lab.run(not_reached, TOOLKIT_FILES).stdout == before[not_reached.name]
         assert not has_open_generation(booted_lab, not_reached)
         for changed in (canary, passes):
-            config = booted_lab.run(changed, "cat /etc/lingbot/main/config.yaml").stdout
-            assert "kv_cache_sync_interval_ms: 20" in config
+            for instance in node_plan(booted_lab, changed)["instances"]:
+                config = booted_lab.run(
+                    changed, f"cat /etc/lingbot/{instance['name']}/config.yaml"
+                ).stdout
+                assert "kv_cache_sync_interval_ms: 20" in config, (changed.name, instance)
     finally:
         if rollout.poll() is None:
             os.killpg(rollout.pid, signal.SIGKILL)
@@ -323,20 +326,27 @@ def test_the_single_gpu_fallback_runs_lingbot_on_one_gpu_until_rolled_back(boote
         "lingbot_mode=single_gpu",
     )
     assert fallback.rc == 0, fallback.stdout[-4000:]
-    [instance] = node_plan(booted_lab, spec)["instances"]
-    assert instance["gpus"] == [0]
-    config = booted_lab.run(spec, "cat /etc/lingbot/main/config.yaml").stdout
-    assert "gpu:0" in config and "gpu:1" not in config
-    # LingBot took the whole configuration and serves on one GPU: its own metrics say so.
-    serving = booted_lab.python(spec, SERVING)
-    assert serving["gpus_argument"] == "0"
-    assert len(serving["visible"].split(",")) == 1
-    assert serving["balancer_gpus"] == ["gpu:0"]
+    # Every instance on one GPU, each GPU of the node serving once.
+    instances = node_plan(booted_lab, spec)["instances"]
+    assert sorted(gpu for i in instances for gpu in i["gpus"]) == [0, 1]
+    assert [len(i["gpus"]) for i in instances] == [1] * len(instances)
+    visible = []
+    for instance in instances:
+        name = instance["name"]
+        config = booted_lab.run(spec, f"cat /etc/lingbot/{name}/config.yaml").stdout
+        assert "gpu:0" in config and "gpu:1" not in config, name
+        # LingBot took the whole configuration and serves on one GPU: its metrics say so.
+        serving = booted_lab.python(spec, SERVING.replace("@main.", f"@{name}."))
+        assert serving["gpus_argument"] == "0", name
+        assert serving["balancer_gpus"] == ["gpu:0"], name
+        visible += serving["visible"].split(",")
+    assert len(set(visible)) == 2
 
     leave = run_playbook("playbooks/rollback.yml", spec.name, "-e", "rollback_confirm=true")
     assert leave.rc == 0, leave.stdout[-4000:]
     assert booted_lab.run(spec, TOOLKIT_FILES).stdout == before
-    serving = booted_lab.python(spec, SERVING)
+    [instance] = node_plan(booted_lab, spec)["instances"]
+    serving = booted_lab.python(spec, SERVING.replace("@main.", f"@{instance['name']}."))
     assert serving["gpus_argument"] == "0,1"
     assert serving["balancer_gpus"] == ["gpu:0", "gpu:1"]
 
@@ -354,6 +364,13 @@ gpus = sorted(set(re.findall(r'lingbot_balancer_weight\{gpu="(gpu:[0-9]+)"\}', m
 print(json.dumps({"gpus_argument": argv[argv.index("--gpus") + 1],
                   "visible": env.get("CUDA_VISIBLE_DEVICES", ""), "balancer_gpus": gpus}))
 """
+
+
+def is_active(booted_lab, spec, instance: str) -> bool:
+    unit = f"lingbot@{instance}.service"
+    return booted_lab.run(spec, f"systemctl is-active {unit}", check=False).stdout.strip() == (
+        "active"
+    )
 
 
 def node_plan(booted_lab, spec) -> dict:
@@ -399,9 +416,7 @@ def test_a_lost_gpu_is_a_critical_finding_and_lingbot_runs_on_the_others(booted_
         assert_failed_at_the_end_for(done, spec, "GPU_LOST", bus_id)
         [instance] = node_plan(booted_lab, spec)["instances"]
         assert instance["gpus"] == [0]
-        assert booted_lab.run(spec, "systemctl is-active lingbot@main.service").stdout.strip() == (
-            "active"
-        )
+        assert is_active(booted_lab, spec, instance["name"])
         assert not has_open_generation(booted_lab, spec)
     finally:
         booted_lab.run(spec, "mv /root/profile.json /opt/lingbot-lab/profile.json")
@@ -431,9 +446,7 @@ def test_a_gpu_failing_mid_probe_is_named_and_lingbot_moves_to_the_healthy_one(b
         assert_failed_at_the_end_for(done, spec, "PROBE_GPU_FAILED", bus_id)
         [instance] = node_plan(booted_lab, spec)["instances"]
         assert instance["gpus"] == [1]
-        assert booted_lab.run(spec, "systemctl is-active lingbot@main.service").stdout.strip() == (
-            "active"
-        )
+        assert is_active(booted_lab, spec, instance["name"])
     finally:
         booted_lab.run(spec, "mv /root/profile.json /opt/lingbot-lab/profile.json")
         booted_lab.reboot(spec)

@@ -47,17 +47,36 @@ def test_planned_instances_run_bound_and_ordered(booted_lab):
     assert main["visible"] == ",".join(instance["gpu_uuids"])
     assert instance["kv_cache_strategy"] == "p2p_direct"
 
+    # P2P below the threshold: every GPU still serves, one instance each, with the reason.
     chipset = booted_lab.python(specs[1], RUNNING)
-    assert _argument(chipset["lingbot@main.service"]["argv"], "--gpus") == "0"
+    assert sorted(unit for unit in chipset if unit != "plan") == [
+        "lingbot@numa0-1.service",
+        "lingbot@numa0-2.service",
+    ]
+    assert [_argument(chipset[u]["argv"], "--gpus") for u in sorted(chipset) if u != "plan"] == [
+        "0",
+        "0",
+    ]
+    chipset_uuids = [i["gpu_uuids"] for i in chipset["plan"]["instances"]]
+    assert [
+        chipset[f"lingbot@{i['name']}.service"]["visible"] for i in chipset["plan"]["instances"]
+    ] == [",".join(uuids) for uuids in chipset_uuids]
+    assert len({uuid for uuids in chipset_uuids for uuid in uuids}) == 2
     assert "below p2p_min_gbytes_per_s" in chipset["plan"]["instances"][0]["reasons"]["gpus"]
 
     # IOMMU translating (no reboot yet): the peer data check fails, so no p2p_direct.
     acs = booted_lab.python(specs[3], RUNNING)
-    assert [i["kv_cache_strategy"] for i in acs["plan"]["instances"]] == ["host_fallback"]
+    assert {i["kv_cache_strategy"] for i in acs["plan"]["instances"]} == {"host_fallback"}
     assert "data check failed" in acs["plan"]["instances"][0]["reasons"]["gpus"]
-    # One GPU per socket: a single-GPU plan, and the reason names the NUMA split.
+    # One GPU per socket: an instance per GPU, each bound to its GPU's NUMA node.
     split = booted_lab.python(specs[4], RUNNING)
-    assert _argument(split["lingbot@main.service"]["argv"], "--gpus") == "0"
+    assert sorted(unit for unit in split if unit != "plan") == [
+        "lingbot@numa0.service",
+        "lingbot@numa1.service",
+    ]
+    assert split["lingbot@numa0.service"]["numactl"] == "--cpunodebind=0 --membind=0"
+    assert split["lingbot@numa1.service"]["numactl"] == "--cpunodebind=1 --membind=1"
+    assert _argument(split["lingbot@numa1.service"]["argv"], "--gpus") == "0"
     assert "NUMA" in split["plan"]["instances"][0]["reasons"]["gpus"]
 
     h100 = booted_lab.python(specs[2], RUNNING)

@@ -162,6 +162,29 @@ def test_deep_switch_tree_is_pxb():
     assert (pair["topology"], pair["topology_level"]) == ("PXB", 20)
 
 
+def test_host_figures_follow_the_narrowest_link_above_the_slot():
+    narrow = compute_state(load_profile("pcie-switch-narrow-uplink"), "ro")
+    assert [gpu["host_path_share"] for gpu in narrow["gpus"]] == [0.5, 0.5]
+    assert narrow["gpus"][0]["host"] == {
+        "h2d_gbytes_per_s": 12.45,
+        "d2h_gbytes_per_s": 13.15,
+        "latency_ns": 9400,
+    }
+    assert "gpu.1.host.h2d_gbytes_per_s 12.4" in flatten_state(narrow).splitlines()
+    # A Gen3 uplink above Gen4 x16 GPUs: 8 GT/s against 16, the same line code.
+    raw = read_profile_yaml("pcie-4gpu-two-switches")
+    for port in raw["pcie_ports"][:2]:
+        port["link"]["gen"] = 3
+    state = compute_state(validate_profile(raw), "ro")
+    assert [gpu["host_path_share"] for gpu in state["gpus"]] == [0.5, 0.5, 1.0, 1.0]
+    assert state["gpus"][0]["host"]["h2d_gbytes_per_s"] == 12.45
+    # Links at or above the GPU's own never raise its figures; the slot port is the GPU's.
+    healthy = compute_state(load_profile("pcie-4gpu-two-switches"), "ro")
+    assert [gpu["host"]["h2d_gbytes_per_s"] for gpu in healthy["gpus"]] == [24.9, 24.8, 24.9, 24.7]
+    x8 = compute_state(load_profile("a6000-x8"), "ro")
+    assert [gpu["host_path_share"] for gpu in x8["gpus"]] == [1.0, 1.0]
+
+
 def test_tokenizer_keeps_quoted_values_together():
     line = 'ro  quiet dyndbg="file drivers/pci/* +p"   pci=noacpi,nommconf'
     assert tokenize_cmdline(line) == [
@@ -268,6 +291,12 @@ def _broken(change) -> dict:
             lambda p: p["boot"].update(iommu_default=False),
             "profile pcie-4gpu-two-switches: boot.iommu_default: False is not one of off, "
             'translated, passthrough; fix: write "off" in quotes (YAML reads a bare off as false)',
+        ),
+        (
+            lambda p: p["pcie_ports"][1]["link"].update(width=8),
+            "profile pcie-4gpu-two-switches: pcie_ports[1].link: trained at Gen4 x8 but the "
+            "other end of its link, port 0000:20:01.1, at Gen4 x16; fix: give both ends of the "
+            "link the same gen and width (max_gen/max_width may differ)",
         ),
         (
             lambda p: p["gpus"].reverse(),

@@ -116,10 +116,16 @@ EXPECTED: dict[str, tuple[str, list[int], list[tuple[int, int, int]], dict[Any, 
             (2, 3): ("PIX", 10, "OK", 25.3, False),
         },
     ),
+    "pcie-switch-narrow-uplink": (
+        "passthrough",
+        [0, 0],
+        [(4, 16, 4)] * 2,
+        {(0, 1): ("PIX", 10, "OK", 25.3, False)},
+    ),
 }
 
 
-def test_there_are_exactly_the_thirteen_profiles():
+def test_there_are_exactly_the_fourteen_profiles():
     assert sorted(EXPECTED) == ALL_PROFILES
 
 

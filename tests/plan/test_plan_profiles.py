@@ -72,7 +72,7 @@ EXPECTED: dict[str, tuple[str, list[tuple[str, int, list[int], str]], str]] = {
     ),
     "rhel9-bls-kernel-cmdline": (
         "single_gpu",
-        [("main", 0, [0], "host_fallback")],
+        [("numa0-1", 0, [0], "host_fallback"), ("numa0-2", 0, [1], "host_fallback")],
         "measured 9.6 GB/s (0->1, 1->0), below p2p_min_gbytes_per_s 25 GB/s",
     ),
     "pcie-4gpu-two-switches": (
@@ -82,6 +82,11 @@ EXPECTED: dict[str, tuple[str, list[tuple[str, int, list[int], str]], str]] = {
             ("numa0-2", 0, [2, 3], "p2p_direct"),
         ],
         "weakest pair 2-3: 25.3 GB/s",
+    ),
+    "pcie-switch-narrow-uplink": (
+        "multi_gpu",
+        [("main", 0, [0, 1], "p2p_direct")],
+        "weakest pair 0-1: 25.3 GB/s",
     ),
 }
 

@@ -446,3 +446,35 @@ def test_a_saved_probe_of_other_parameters_is_not_reused(phb: ProbedNode) -> Non
     older = {**saved, "parameters": {"size_bytes": 64 << 20, "repetitions": 5}}
     assert reuse_reason(older, phb.facts, 86400, now_s, ProbeParameters()) is None
     assert reuse_reason(older, phb.facts, 86400, now_s) is not None
+
+
+def test_a_narrow_switch_uplink_halves_host_copies_and_is_named(
+    tmp_path: Path, lab_env: Any, lab_pynvml: Any
+) -> None:
+    """Both GPUs' own links are Gen4 x16; the switch uplink above them trained at x8. The
+    probe measures half the host bandwidth; the judge names the uplink's lower end and
+    each GPU's figures against the floor of a Gen4 x16 path."""
+    probed = prepare_node(load_profile("pcie-switch-narrow-uplink"), tmp_path, lab_env)
+    result = probe(probed, lab_pynvml, size_bytes=32 << 20, repetitions=1, pairs=())
+    for entry, gpu in zip(result["gpus"], probed.node.state["gpus"], strict=True):
+        assert gpu["host_path_share"] == 0.5
+        assert_close(entry["h2d_gbytes_per_s"], gpu["host"]["h2d_gbytes_per_s"])
+        assert entry["h2d_gbytes_per_s"] < 12.7
+    findings = check_links(probed.facts, LinkPolicy(), load_from_probe(result))
+    assert [(f.code, f.severity, f.subject) for f in findings] == [
+        ("PCIE_HOST_BANDWIDTH_BELOW_FLOOR", "error", "0000:43:00.0"),
+        ("PCIE_HOST_BANDWIDTH_BELOW_FLOOR", "error", "0000:44:00.0"),
+        ("PCIE_LINK_TRAINED_BELOW_CAPABILITY", "error", "0000:41:00.0"),
+    ]
+    bandwidth = findings[0]
+    assert bandwidth.evidence["floor_gbytes_per_s"] == 23.6
+    assert (bandwidth.evidence["path_max_gen"], bandwidth.evidence["path_max_width"]) == (4, 16)
+    assert bandwidth.evidence["narrowest_link"]["device"] == "0000:41:00.0"
+    assert "switch upstream 0000:41:00.0 - root port 0000:40:01.1 trained at x8" in (
+        bandwidth.message
+    )
+    # Figures of copies under 32 MiB are not judged: latency weighs on them.
+    small = {**result, "parameters": {**result["parameters"], "size_bytes": 8 << 20}}
+    assert [f.code for f in check_links(probed.facts, LinkPolicy(), load_from_probe(small))] == [
+        "PCIE_LINK_TRAINED_BELOW_CAPABILITY"
+    ]

@@ -16,6 +16,10 @@ TOPOLOGY_LEVELS = {"PIX": 10, "PXB": 20, "PHB": 30, "NODE": 40, "SYS": 50}
 SWITCH_KINDS = ("switch_upstream", "switch_downstream", "chipset_port")
 ISOLATING_ACS_FLAGS = ("source_validation", "request_redirect", "completion_redirect")
 IOMMU_GROUP_TYPES = {"passthrough": "identity", "translated": "DMA-FQ"}
+# Bytes per lane and transfer, relative: transfers per second (GT/s) times the line code
+# (8b/10b up to Gen2, 128b/130b from Gen3).
+LANE_RATE_BY_GEN = {1: 2.5 * 8 / 10, 2: 5.0 * 8 / 10, 3: 8.0 * 128 / 130}
+LANE_RATE_BY_GEN |= {4: 16.0 * 128 / 130, 5: 32.0 * 128 / 130}
 
 
 def tokenize_cmdline(cmdline: str) -> list[str]:
@@ -169,6 +173,32 @@ def _p2p_status(
     return {"read": base, "write": base, "nvlink": link_word, "atomics": base, "prop": base}
 
 
+def link_rate(gen: int, width: int) -> float:
+    """A link's raw rate per direction (GB/s): the lane rate times the width, over 8."""
+    return LANE_RATE_BY_GEN[gen] * width / 8
+
+
+def host_path_share(profile: dict[str, Any], gpu: dict[str, Any]) -> float:
+    """The share of the GPU's host figures its path lets through: the narrowest trained
+    link above the GPU's own slot against the GPU's link under load, at most 1. The
+    profile's host figures are those of the GPU's own link; a switch uplink trained at
+    x8 behind a x16 GPU halves them."""
+    ports = {port["bdf"]: port for port in profile["pcie_ports"]}
+    own = link_rate(gpu["link"]["max_gen"], gpu["link"]["width"])
+    above_slot = [ports[bdf] for bdf in ancestors(profile, gpu["bdf"])[1:] if bdf in ports]
+    rates = [link_rate(port["link"]["gen"], port["link"]["width"]) for port in above_slot]
+    return min([1.0, *(rate / own for rate in rates)])
+
+
+def _host_state(profile: dict[str, Any], gpu: dict[str, Any]) -> dict[str, Any]:
+    """The GPU's host figures as its path lets them through (host_path_share)."""
+    share = host_path_share(profile, gpu)
+    host = dict(gpu["host"])
+    for key in ("h2d_gbytes_per_s", "d2h_gbytes_per_s"):
+        host[key] = round(host[key] * share, 2)
+    return host
+
+
 def _gpu_state(
     profile: dict[str, Any], index: int, noacpi: bool, groups: dict[str, int]
 ) -> dict[str, Any]:
@@ -200,7 +230,8 @@ def _gpu_state(
             "gen_idle": link["gen_idle"],
             "ramp_ms": link.get("ramp_ms", DEFAULT_LINK_RAMP_MS),
         },
-        "host": dict(gpu["host"]),
+        "host": _host_state(profile, gpu),
+        "host_path_share": round(host_path_share(profile, gpu), 4),
         "nvlinks": [dict(nvlink) for nvlink in gpu["nvlinks"]],
         "mig_mode": 1 if gpu["mig"] else 0,
         "lost": any(f["kind"] == "gpu_lost" and f["gpu"] == index for f in faults),

@@ -190,10 +190,30 @@ def _check_ports(check: ProfileChecker, profile: dict[str, Any], cpu_vendor: str
         unknown_flags = set(acs) - set(ACS_FLAGS)
         if unknown_flags:
             check.fail(f"{where}.acs", f"unknown flag {sorted(unknown_flags)[0]}", "remove it")
+        _check_link_partner(check, port, where, ports[:position])
         vendor_id, device_id = DEFAULT_PORT_IDS[(cpu_vendor, port["kind"])]
         port.setdefault("vendor_id", vendor_id)
         port.setdefault("device_id", device_id)
         known.add(bdf)
+
+
+def _check_link_partner(
+    check: ProfileChecker, port: dict[str, Any], where: str, earlier: list[dict[str, Any]]
+) -> None:
+    """A switch's upstream port and the port above it are the two ends of one link: they
+    trained at the same generation and width (each end keeps its own max_gen/max_width)."""
+    above = next((other for other in earlier if other["bdf"] == port["parent"]), None)
+    if port["kind"] != "switch_upstream" or above is None:
+        return
+    ends = [(end["link"]["gen"], end["link"]["width"]) for end in (port, above)]
+    if ends[0] != ends[1]:
+        (gen, width), (above_gen, above_width) = ends
+        check.fail(
+            f"{where}.link",
+            f"trained at Gen{gen} x{width} but the other end of its link, port "
+            f"{above['bdf']}, at Gen{above_gen} x{above_width}",
+            "give both ends of the link the same gen and width (max_gen/max_width may differ)",
+        )
 
 
 def _check_bdf(check: ProfileChecker, item: dict[str, Any], where: str, known: set[str]) -> str:

@@ -28,6 +28,8 @@ options:
     description:
       - A p2p_probe result; its per-GPU link reading under load stands in for I(load)
         when I(load) is not given.
+      - Its H2D/D2H figures are judged against the floor of what each GPU's PCIe path
+        can do, while the probe is younger than the role's gpu_checks_probe_max_age_s.
     type: dict
   expected_links:
     description: GPU model (as NVML names it) -> C({gen, width}) expected of it.
