@@ -85,18 +85,22 @@ def test_pending_reboot_from_grub_cfg(lab: Any) -> None:
 def test_config_drift_against_the_plan(lab: Any) -> None:
     node = lab("a6000-phb")
     plan = evaluate_node(collect(node), AuditPolicy())["plan"]
-    config = plan["instances"][0]["config"]
-    config_dir = node.root / "etc" / "lingbot" / "main"
-    config_dir.mkdir(parents=True)
-    (config_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    for instance in plan["instances"]:
+        config_dir = node.root / "etc" / "lingbot" / instance["name"]
+        config_dir.mkdir(parents=True)
+        (config_dir / "config.yaml").write_text(yaml.safe_dump(instance["config"]))
     assert evaluate_node(collect(node), AuditPolicy())["drift"]["drifted"] is False
-    (config_dir / "config.yaml").write_text(yaml.safe_dump({**config, "debug_mode": True}))
+    first = plan["instances"][0]
+    changed = {**first["config"], "debug_mode": True}
+    (node.root / "etc" / "lingbot" / first["name"] / "config.yaml").write_text(
+        yaml.safe_dump(changed)
+    )
     record = evaluate_node(collect(node), AuditPolicy())
-    assert record["drift"]["instances"] == [
-        {"name": "main", "status": "differs", "differences": ["debug_mode"]}
+    assert [i for i in record["drift"]["instances"] if i["status"] != "same"] == [
+        {"name": first["name"], "status": "differs", "differences": ["debug_mode"]}
     ]
     drift = next(f for f in record["findings"] if f["code"] == "LINGBOT_CONFIG_DRIFT")
-    assert drift["message"] == "LingBot instance main: differs (debug_mode)"
+    assert drift["message"] == f"LingBot instance {first['name']}: differs (debug_mode)"
 
 
 def tree_checksums(root: Path) -> dict[str, str]:

@@ -94,8 +94,8 @@ CASES = [
         PlanInputError,
         "policy: unknown key 'colour'; known keys: p2p_min_gbytes_per_s, instance_layout, "
         "max_gpus_per_instance, require_same_numa, allow_gpus, exclude_gpus, base_port, "
-        "ineligible_finding_severity, host_bandwidth_tie_percent, model_num_layers, baseline, max_instances, "
-        "p2p_hysteresis_percent, figure_tolerance_percent",
+        "ineligible_finding_severity, host_bandwidth_tie_percent, model_num_layers, baseline, "
+        "max_instances, p2p_hysteresis_percent, figure_tolerance_percent",
     ),
     (
         "a negative threshold",

@@ -571,10 +571,21 @@ def evaluate_node(
     else:
         findings.append(unreadable("kernel", section_error(node.get("kernel")) or "missing"))
 
+    lingbot = node.get("lingbot")
+    lingbot_readable = section_error(lingbot) is None and lingbot is not None
+    deployed_plan = lingbot.get("plan") if lingbot_readable else None
+    if section_error(deployed_plan) is not None or not isinstance(deployed_plan, Mapping):
+        deployed_plan = None
     plan, plan_error = None, None
     if facts:
+        # Planned as the deploy path plans: from the plan in force (its hysteresis, its
+        # instance names) and, unless the policy says, the layer count it was made with.
+        plan_policy = dict(policy.plan)
+        deployed_layers = ((deployed_plan or {}).get("policy") or {}).get("model_num_layers")
+        if plan_policy.get("model_num_layers") is None and deployed_layers is not None:
+            plan_policy["model_num_layers"] = deployed_layers
         try:
-            plan = build_plan(facts, probe, dict(policy.plan), link_findings)
+            plan = build_plan(facts, probe, plan_policy, link_findings, deployed_plan)
         except PlanInputError as failure:
             plan_error = str(failure)
             findings.append(
@@ -600,13 +611,9 @@ def evaluate_node(
             )
 
     drift = None
-    lingbot = node.get("lingbot")
-    if section_error(lingbot) is None and lingbot is not None:
+    if lingbot_readable:
         # The configs are judged against the plan that deployed them (plan.json); the plan
         # the inputs give now is compared with that one on its own.
-        deployed_plan = lingbot.get("plan")
-        if section_error(deployed_plan) is not None or not isinstance(deployed_plan, Mapping):
-            deployed_plan = None
         drift = drift_state(lingbot, deployed_plan or plan, policy.config_overrides)
         findings += drift_findings(drift)
         if deployed_plan and plan:
