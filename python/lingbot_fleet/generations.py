@@ -307,6 +307,28 @@ def update_pending(
     write_json_atomic(os.path.join(run_dir, MANIFEST), manifest)
 
 
+UNITS_ENABLED = "units_enabled"
+_UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\@-]+\.(service|timer|socket|path|target)$")
+
+
+def note_unit_enabled(generations_dir: str, run_id: str, unit: str, root: str = "/") -> bool:
+    """Note in the run's open generation that the run is about to enable ``unit`` (it was
+    not enabled): a rollback past this generation disables and stops it again. Call it
+    before ``systemctl enable``. Returns whether the unit was newly noted."""
+    if not _UNIT_NAME.match(unit):
+        raise GenerationError(f"{unit!r} is not a systemd unit name; nothing was noted")
+    run_dir = pending_dir(generations_dir, run_id, root)
+    manifest = _load_pending(run_dir, run_id)
+    units = manifest.setdefault(UNITS_ENABLED, [])
+    if unit in units:
+        return False
+    units.append(unit)
+    _private_tree(on_root(root, generations_dir))
+    os.makedirs(run_dir, mode=0o700, exist_ok=True)
+    write_json_atomic(os.path.join(run_dir, MANIFEST), manifest)
+    return True
+
+
 def open_runs(generations_dir: str, root: str = "/") -> dict[str, dict[str, Any]]:
     """Run id -> open manifest, for every run with an open generation on the node."""
     base = on_root(root, os.path.join(generations_dir, PENDING))
@@ -445,7 +467,7 @@ def _commit_one(
         entry["after"] = after.to_json()
         changed_entries.append(entry)
         changed_ids.add(id(entry))
-    if not changed_entries:
+    if not changed_entries and not manifest.get(UNITS_ENABLED):
         shutil.rmtree(run_dir)
         return None, []
     for entry in manifest["files"]:
@@ -468,7 +490,9 @@ def _commit_one(
     )
     write_json_atomic(os.path.join(run_dir, MANIFEST), manifest)
     os.rename(run_dir, on_root(root, os.path.join(generations_dir, str(number))))
-    return number, [entry["path"] for entry in changed_entries]
+    return number, [entry["path"] for entry in changed_entries] + [
+        f"{unit} (enabled)" for unit in manifest.get(UNITS_ENABLED, [])
+    ]
 
 
 def prune(generations_dir: str, keep: int, root: str = "/") -> list[int]:
@@ -604,6 +628,7 @@ class Generation:
     directory: str
     manifest: dict[str, Any]
     changes: tuple[FileChange, ...]
+    units_enabled: tuple[str, ...] = ()
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -615,6 +640,7 @@ class Generation:
             "kernel_cmdline": self.manifest.get("kernel_cmdline", ""),
             "files": [change.path for change in self.changes],
             "kinds": sorted({change.kind for change in self.changes}),
+            "units_enabled": list(self.units_enabled),
         }
 
 
@@ -684,7 +710,14 @@ def load_generation(generations_dir: str, number: int, root: str = "/") -> Gener
                 f"{actual}, the manifest says {change.before.sha256}; nothing was touched. "
                 "The generation is damaged: roll back to another one with -e rollback_to=<n>"
             )
-    return Generation(number, directory, manifest, tuple(changes))
+    enabled = manifest.get(UNITS_ENABLED, [])
+    if not isinstance(enabled, list) or not all(
+        isinstance(unit, str) and _UNIT_NAME.match(unit) for unit in enabled
+    ):
+        raise _manifest_error(
+            manifest_path, f"'{UNITS_ENABLED}' is {enabled!r}, not a list of unit names"
+        )
+    return Generation(number, directory, manifest, tuple(changes), tuple(enabled))
 
 
 def list_generations(generations_dir: str, root: str = "/") -> list[dict[str, Any]]:
@@ -737,15 +770,22 @@ class RollbackPlan:
     restores: tuple[Restore, ...]
     # Secrets the generations hold no copy of: left as they are (see SECRET_FILE_NAMES).
     kept_secrets: tuple[str, ...] = ()
+    # Units an undone generation enabled (they were not enabled before it).
+    units_disabled: tuple[str, ...] = ()
 
     @property
     def to_change(self) -> list[Restore]:
         return [restore for restore in self.restores if restore.action != "none"]
 
+    @property
+    def needs_action(self) -> bool:
+        return bool(self.to_change or self.units_disabled)
+
     def effects(self) -> dict[str, Any]:
         """What must follow the restore: bootloader update, daemon-reload, restarts."""
         changed = self.to_change
         kinds = {restore.kind for restore in changed}
+        stop = sorted(set(units_to_stop(changed)) | set(self.units_disabled))
         return {
             "grub_changed": KIND_GRUB in kinds,
             "units_changed": KIND_UNIT in kinds,
@@ -754,9 +794,9 @@ class RollbackPlan:
                 for unit in _timer_for_timed_services(
                     services_to_restart(r.path for r in changed), changed
                 )
-                if unit not in units_to_stop(changed)
+                if unit not in stop
             ],
-            "units_to_stop": units_to_stop(changed),
+            "units_to_stop": stop,
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -900,7 +940,10 @@ def plan_rollback(
             + "; nothing was touched. Look at the changes, then roll back anyway with "
             "-e rollback_force=true, or choose another generation with -e rollback_to=<n>"
         )
-    return RollbackPlan(target, newest, tuple(undone), tuple(restores), tuple(kept))
+    disabled = sorted({unit for generation in generations for unit in generation.units_enabled})
+    return RollbackPlan(
+        target, newest, tuple(undone), tuple(restores), tuple(kept), tuple(disabled)
+    )
 
 
 def apply_rollback(

@@ -193,6 +193,22 @@ class NodeChanges:
         shutil.copy2(self.real(path), saved)
         self.backups.append(saved)
 
+    def enable_unit(self, systemctl: str, unit: str) -> CommandResult:
+        """``systemctl enable`` a unit that is not enabled, noted first in the run's
+        generation, so a rollback past it disables and stops the unit again."""
+        if not self.check_mode and self.run_id and self.generations_dir:
+            from . import generations  # noqa: PLC0415
+
+            self._hold_lock()
+            try:
+                if generations.note_unit_enabled(
+                    self.generations_dir, self.run_id, unit, root=self.root
+                ):
+                    self.recorded.append(f"{unit} (enabled)")
+            except generations.GenerationError as error:
+                raise NodeFileError(f"{unit} was not enabled: {error}") from error
+        return self.run([systemctl, "enable", unit], f"enable {unit}")
+
     def record(self, paths: Sequence[str]) -> None:
         """Save files that a command run next changes (``run``) as a write would."""
         for path in paths:

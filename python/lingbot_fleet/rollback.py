@@ -249,10 +249,12 @@ def _roll_back_locked(
             changes.actions.append(
                 f"{'would ' if check_mode else ''}{restore.action} {restore.path}"
             )
-        if plan.to_change and not check_mode:
+        for unit in plan.units_disabled:
+            changes.actions.append(f"{'would ' if check_mode else ''}stop and disable {unit}")
+        if plan.needs_action and not check_mode:
             _swap(request, plan, effects, changes)
             _Effects(request, changes, request.run_id, find_bin).run(dict(effects))
-        elif plan.to_change:
+        elif plan.needs_action:
             _Effects(request, changes, request.run_id, find_bin).run(dict(effects))
     if not check_mode:
         ran = dict(request.ran)

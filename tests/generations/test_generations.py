@@ -385,3 +385,52 @@ def test_saved_copies_keep_the_mode_of_the_file(tmp_path: Path) -> None:
     entry = manifest(root, 1)["files"][0]
     saved = root / GDIR.lstrip("/") / "1" / entry["before"]["saved"]
     assert oct(saved.stat().st_mode & 0o777) == "0o640"
+
+
+def test_a_unit_the_toolkit_enabled_is_disabled_by_a_rollback_past_it(tmp_path: Path) -> None:
+    root = node(tmp_path)
+    # Run 1 changes a file and enables a unit; run 2 only enables another one.
+    gen.record_before(GDIR, "run-1", [CONFIG], str(root))
+    write(root, CONFIG, b"kv_cache_strategy: p2p_direct\n")
+    assert gen.note_unit_enabled(GDIR, "run-1", "nvidia-persistenced.service", str(root))
+    assert not gen.note_unit_enabled(GDIR, "run-1", "nvidia-persistenced.service", str(root))
+    first = gen.commit(GDIR, "run-1", RAN, root=str(root))
+    assert first.generation == 1
+    assert gen.note_unit_enabled(GDIR, "run-2", "lingbot-fleet-monitor.timer", str(root))
+    # A run that only enabled a unit is a generation too: it changed the node.
+    second = gen.commit(GDIR, "run-2", RAN, root=str(root))
+    assert second.generation == 2
+    assert manifest(root, 2)["units_enabled"] == ["lingbot-fleet-monitor.timer"]
+
+    one_back = gen.plan_rollback(GDIR, 1, root=str(root))
+    assert one_back.to_change == []
+    assert one_back.needs_action
+    assert one_back.effects()["units_to_stop"] == ["lingbot-fleet-monitor.timer"]
+    to_zero = gen.plan_rollback(GDIR, 0, root=str(root))
+    # The instance whose config goes away is stopped too.
+    assert to_zero.effects()["units_to_stop"] == [
+        "lingbot-fleet-monitor.timer",
+        "lingbot@main.service",
+        "nvidia-persistenced.service",
+    ]
+    assert to_zero.effects()["services_to_restart"] == []
+
+
+def test_a_bad_unit_name_or_a_damaged_list_of_enabled_units_is_refused(tmp_path: Path) -> None:
+    root = node(tmp_path)
+    with pytest.raises(gen.GenerationError) as refused:
+        gen.note_unit_enabled(GDIR, "run-1", "x; reboot", str(root))
+    assert str(refused.value) == "'x; reboot' is not a systemd unit name; nothing was noted"
+    assert not (root / GDIR.lstrip("/")).exists()
+    gen.note_unit_enabled(GDIR, "run-1", "nvidia-persistenced.service", str(root))
+    gen.commit(GDIR, "run-1", RAN, root=str(root))
+    path = root / GDIR.lstrip("/") / "1" / "manifest.json"
+    damaged = {**manifest(root, 1), "units_enabled": "nvidia-persistenced.service"}
+    path.write_text(json.dumps(damaged))
+    with pytest.raises(gen.GenerationError) as broken:
+        gen.load_generation(GDIR, 1, str(root))
+    assert str(broken.value) == (
+        f"{path} is corrupted ('units_enabled' is 'nvidia-persistenced.service', not a list "
+        "of unit names); nothing was touched. Repair or remove that generation, or roll back "
+        "to another one with -e rollback_to=<n>"
+    )

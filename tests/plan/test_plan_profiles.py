@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -283,3 +284,12 @@ def test_pcie_4gpu_lower_threshold_makes_one_four_gpu_instance() -> None:
     plan = build_plan(facts, probe, {"p2p_min_gbytes_per_s": 19})
     assert essentials(plan) == [("main", 0, [0, 1, 2, 3], "p2p_direct")]
     assert "weakest pair 0-2: 19.2 GB/s" in plan["mode_reason"]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_the_plan_in_force_plans_itself_again(name: str) -> None:
+    # A second run on a converged node gets its own plan back, word for word: plan.json,
+    # config.yaml and the units stay as they are (no "changed", no restart).
+    facts, probe = lab_inputs(name)
+    deployed = json.loads(json.dumps(build_plan(facts, probe, {"model_num_layers": 32})))
+    assert build_plan(facts, probe, {"model_num_layers": 32}, None, deployed) == deployed

@@ -227,7 +227,7 @@ def converge_unit(
     if dropin_changed or state.need_daemon_reload:
         changes.run([systemctl, "daemon-reload"], "run systemctl daemon-reload")
     if not state.enabled:
-        changes.run([systemctl, "enable", unit], f"enable {unit}")
+        changes.enable_unit(systemctl, unit)
     stale = plan.exec_start_before != plan.exec_start_after or (
         persistence.running_with_flag(state.main_pid, params["root"])
         and not persistence.has_flag(plan.exec_start_after)
