@@ -4,7 +4,7 @@ The facts (``ansible_facts.lingbot_gpu``), the probe (``ansible_facts.lingbot_pr
 any load sample are already on the controller, so the judgement needs no connection to
 the node: it runs ``lingbot_fleet.linkcheck.judge_links``, the function the module of the
 same name runs on a node. The findings are also set as the fact ``lingbot_link_findings``
-so the planner (lingbot_plan) decides with them, as the audit does. With
+so the planner (role lingbot_service) decides with them, as the audit does. With
 ``defer_failure`` the failure is returned (``failure``) instead of failing the task.
 """
 

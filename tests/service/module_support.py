@@ -2,7 +2,8 @@
 
 The module imports lingbot_fleet as ``ansible.module_utils.lingbot_fleet`` (AnsiballZ's
 name for it); here that name is the same package the tests import. systemctl and
-journalctl are replaced by a recorder that answers ``systemctl show`` from a table.
+journalctl are replaced by a recorder that answers ``systemctl show`` from a table; the
+module's warnings land in the result's ``warnings``.
 """
 
 from __future__ import annotations
@@ -124,13 +125,19 @@ def run(
     def fail_json(self: Any, msg: str, **result: Any) -> None:
         raise _ExitError({"failed": True, "msg": msg, **result})
 
+    warnings: list[str] = []
+
+    def warn(self: Any, warning: str, **_: Any) -> None:
+        warnings.append(warning)
+
     monkeypatch.setattr(SERVICE.AnsibleModule, "exit_json", exit_json)
     monkeypatch.setattr(SERVICE.AnsibleModule, "fail_json", fail_json)
+    monkeypatch.setattr(SERVICE.AnsibleModule, "warn", warn)
     with patch_module_args(full):
         try:
             SERVICE.run_module()
         except _ExitError as done:
-            result = json.loads(json.dumps(done.result, default=str))
+            result = json.loads(json.dumps({**done.result, "warnings": warnings}, default=str))
             return Done(bool(result.pop("failed")), result)
     raise AssertionError("the module returned without exit_json or fail_json")
 

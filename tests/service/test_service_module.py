@@ -487,3 +487,190 @@ def test_a_port_another_process_keeps_fails_the_instance(monkeypatch: pytest.Mon
     assert done.failed
     assert "is not ready on port 8000" in done.msg
     assert "port 8000 is held by a process outside" in done.msg
+
+
+# --- planning on the node (plan_inputs) ---------------------------------------------------
+
+
+def inputs_of(profile: str, **policy: Any) -> dict[str, Any]:
+    """plan_inputs as the lingbot_service action gathers them for a lab profile."""
+    facts, probe = plan_support.lab_inputs(profile)
+    return {"facts": facts, "probe": probe, "policy": policy, "findings": []}
+
+
+def with_pair_figure(inputs: dict[str, Any], figure: float) -> dict[str, Any]:
+    """``inputs`` with the P2P figure of the pair 0-1 (both ways) measured as ``figure``."""
+    inputs = copy.deepcopy(inputs)
+    for pair in inputs["probe"]["pairs"]:
+        if {pair["src"], pair["dst"]} == {0, 1}:
+            pair["p2p_enabled"]["unidirectional_gbytes_per_s"] = figure
+    return inputs
+
+
+def plan_json(node: dict[str, Any]) -> dict[str, Any]:
+    return json.loads((Path(node["root"]) / layout.PLAN_PATH.lstrip("/")).read_text())
+
+
+def test_plan_inputs_plan_on_the_node_as_build_plan_does(
+    monkeypatch: pytest.MonkeyPatch, node: dict[str, Any], ready: list[str]
+) -> None:
+    inputs = inputs_of("h100-sxm-nvswitch", base_port=9000)
+    done = run(monkeypatch, {**node, "plan_inputs": inputs}, FakeSystemd())
+    assert not done.failed, done.msg
+    # The layer count comes from the model's config.json on the node (32).
+    expected = build_plan(
+        inputs["facts"], inputs["probe"], {"base_port": 9000, "model_num_layers": 32}, [], None
+    )
+    assert done.result["plan"] == expected
+    assert done.result["ansible_facts"]["lingbot_plan"] == expected
+    assert done.result["model_layers_source"] == "/srv/model/config.json (num_hidden_layers)"
+    assert done.result["instances"] == ["numa0", "numa1"]
+    assert [i["port"] for i in expected["instances"]] == [9000, 9001]
+    assert plan_json(node) == json.loads(layout.plan_text(expected))
+    assert done.result["warnings"] == []
+
+
+def test_plan_inputs_in_check_mode_plan_show_the_diff_and_write_nothing(
+    monkeypatch: pytest.MonkeyPatch, node: dict[str, Any], ready: list[str]
+) -> None:
+    before = tree(Path(node["root"]))
+    systemd = FakeSystemd()
+    inputs = inputs_of("a6000-phb")
+    done = run(monkeypatch, {**node, "plan_inputs": inputs}, systemd, check_mode=True)
+    assert not done.failed, done.msg
+    assert tree(Path(node["root"])) == before
+    assert systemd.mutating() == []
+    expected = build_plan(inputs["facts"], inputs["probe"], {"model_num_layers": 32})
+    assert done.result["ansible_facts"]["lingbot_plan"] == expected
+    assert done.result["changed"] is True
+    headers = [entry["after_header"] for entry in done.result["diff"]]
+    assert layout.PLAN_PATH in headers
+    assert "/etc/lingbot/main/config.yaml" in headers
+
+
+def test_plan_inputs_keep_the_deployed_decisions_within_the_hysteresis_band(
+    monkeypatch: pytest.MonkeyPatch, node: dict[str, Any], ready: list[str]
+) -> None:
+    inputs = inputs_of("a6000-phb")
+    systemd = converged(monkeypatch, {**node, "plan_inputs": inputs})
+    deployed = plan_json(node)
+    assert [i["gpus"] for i in deployed["instances"]] == [[0, 1]]
+    # 24 GB/s is below the threshold (25) but within its 5% band around the pair in use.
+    noisy = with_pair_figure(inputs, 24.0)
+    done = run(monkeypatch, {**node, "plan_inputs": noisy}, FakeSystemd(units=systemd.units))
+    assert not done.failed, done.msg
+    policy = {"model_num_layers": 32}
+    assert done.result["plan"] == build_plan(noisy["facts"], noisy["probe"], policy, [], deployed)
+    assert [i["gpus"] for i in done.result["plan"]["instances"]] == [[0, 1]]
+    without_plan_in_force = build_plan(noisy["facts"], noisy["probe"], policy)
+    assert [i["gpus"] for i in without_plan_in_force["instances"]] == [[0], [1]]
+    assert done.result["removed_instances"] == []
+
+
+def test_plan_inputs_with_a_bad_override_fail_and_write_nothing(
+    monkeypatch: pytest.MonkeyPatch, node: dict[str, Any], ready: list[str]
+) -> None:
+    before = tree(Path(node["root"]))
+    systemd = FakeSystemd()
+    args = {**node, "plan_inputs": inputs_of("a6000-phb"), "config_overrides": {"colour": 1}}
+    done = run(monkeypatch, args, systemd)
+    assert done.failed
+    assert done.msg == (
+        "lingbot_service_config_overrides would make config.yaml invalid (nothing was written):\n"
+        "- instance main: override colour: unknown key 'colour'; known keys here: "
+        "hardware_profile, load_balancer, kv_cache_strategy, kv_cache_sync_interval_ms, "
+        "kv_cache_compression, debug_mode"
+    )
+    assert done.result["plan"]["instances"][0]["name"] == "main"
+    assert "ansible_facts" not in done.result
+    assert tree(Path(node["root"])) == before
+    assert systemd.calls == []
+
+
+def test_plan_inputs_with_an_unknown_layer_count_fail_and_write_nothing(
+    monkeypatch: pytest.MonkeyPatch, node: dict[str, Any], ready: list[str]
+) -> None:
+    (Path(node["root"]) / "srv" / "model" / "config.json").write_text("{}\n")
+    before = tree(Path(node["root"]))
+    systemd = FakeSystemd()
+    done = run(monkeypatch, {**node, "plan_inputs": inputs_of("a6000-phb")}, systemd)
+    assert done.failed
+    assert done.msg == (
+        "/srv/model/config.json has no num_hidden_layers (nor text_config.num_hidden_layers), "
+        "so the planner cannot spread the decoder layers over the GPUs; set "
+        "lingbot_service_model_num_layers to the model's decoder layer count. Nothing was "
+        "written."
+    )
+    assert tree(Path(node["root"])) == before
+    assert systemd.calls == []
+    # The inventory's layer count is the fallback.
+    inputs = inputs_of("a6000-phb", model_num_layers=12)
+    done = run(monkeypatch, {**node, "plan_inputs": inputs}, FakeSystemd())
+    assert not done.failed, done.msg
+    assert done.result["plan"]["policy"]["model_num_layers"] == 12
+    assert done.result["model_layers_source"] == "lingbot_service_model_num_layers"
+
+
+def test_plan_inputs_without_an_eligible_gpu_fail_or_leave_the_node_alone(
+    monkeypatch: pytest.MonkeyPatch, node: dict[str, Any], ready: list[str]
+) -> None:
+    inputs = inputs_of("a6000-phb", exclude_gpus=[0, 1])
+    expected = build_plan(
+        inputs["facts"], inputs["probe"], {**inputs["policy"], "model_num_layers": 32}
+    )
+    assert expected["instances"] == []
+    before = tree(Path(node["root"]))
+    systemd = FakeSystemd()
+    done = run(monkeypatch, {**node, "plan_inputs": inputs}, systemd)
+    assert done.failed
+    assert done.msg == (
+        f"{expected['summary']} {expected['mode_reason']} Fix the findings, or set "
+        "lingbot_service_fail_without_instances=false to leave this node's LingBot as it is."
+    )
+    args = {**node, "plan_inputs": inputs, "fail_without_instances": False}
+    done = run(monkeypatch, args, systemd)
+    assert not done.failed, done.msg
+    assert done.result["changed"] is False
+    assert done.result["instances"] == []
+    assert done.result["ansible_facts"] == {"lingbot_plan": expected}
+    assert tree(Path(node["root"])) == before
+    assert systemd.calls == []
+
+
+def test_plan_inputs_warn_of_idle_gpus(
+    monkeypatch: pytest.MonkeyPatch, node: dict[str, Any], ready: list[str]
+) -> None:
+    done = run(
+        monkeypatch,
+        {**node, "plan_inputs": inputs_of("h100-sxm-nvswitch", max_instances=1)},
+        FakeSystemd(),
+        check_mode=True,
+    )
+    assert not done.failed, done.msg
+    [finding] = done.result["plan"]["findings"]
+    assert finding["code"] == "PLAN_GPUS_IDLE"
+    assert done.result["warnings"] == [
+        f"PLAN_GPUS_IDLE: {finding['message']}; fix: {finding['fix']}"
+    ]
+
+
+def test_plan_inputs_a_policy_the_planner_refuses_fails_before_any_change(
+    monkeypatch: pytest.MonkeyPatch, node: dict[str, Any], ready: list[str]
+) -> None:
+    systemd = FakeSystemd()
+    inputs = inputs_of("a6000-phb", p2p_min_gbytes_per_s=-1)
+    done = run(monkeypatch, {**node, "plan_inputs": inputs}, systemd)
+    assert done.failed
+    assert done.msg == (
+        "cannot plan LingBot for this host: policy p2p_min_gbytes_per_s: must be > 0, got -1"
+    )
+    assert systemd.calls == []
+
+
+def test_plan_and_plan_inputs_are_mutually_exclusive(
+    monkeypatch: pytest.MonkeyPatch, node: dict[str, Any]
+) -> None:
+    args = {**node, "plan": plan_of("a6000-phb"), "plan_inputs": inputs_of("a6000-phb")}
+    done = run(monkeypatch, args, FakeSystemd())
+    assert done.failed
+    assert done.msg == "parameters are mutually exclusive: plan|plan_inputs"

@@ -78,7 +78,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 ansible_facts:
-  description: C(lingbot_link_findings), the findings, for the planner (lingbot_plan).
+  description: C(lingbot_link_findings), the findings, for the planner (role lingbot_service).
   returned: always
   type: dict
 findings:

@@ -6,11 +6,23 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: lingbot_service
-short_description: Run the plan's LingBot instances as numactl-bound lingbot@ services
+short_description: Plan LingBot on the node and run its instances as numactl-bound lingbot@ services
 description:
-  - In one call, for the instances of O(plan) (the C(lingbot_plan) action's result) -
-    ensures the service group and user exist (C(groupadd), C(useradd), C(usermod) only
-    for what is missing); checks that O(model_path) holds C(config.json); writes
+  - With O(plan_inputs) (what the C(lingbot_service) action gathers on the controller -
+    the GPU facts, the probe, the link findings and the typed policy), plans on the node -
+    reads the plan in force (C(/etc/lingbot/plan.json)), so the planner keeps its decisions
+    while the measurements stay near them, and the model's decoder layer count
+    (C(num_hidden_layers) of O(model_path)/C(config.json), or of its C(text_config); the
+    policy's C(model_num_layers) when it has none, which must agree when it has one), builds
+    the plan with C(lingbot_fleet.plan.build_plan) (the audit's planner) and sets it as the
+    fact C(lingbot_plan). The plan's findings (such as C(PLAN_GPUS_IDLE)) become warnings.
+    It fails before any change when the policy cannot be planned with, when the plan has
+    instances but the layer count is unknown, and when the plan has no instance and
+    O(fail_without_instances) is true; with no instance and O(fail_without_instances)
+    false it changes nothing.
+  - Then, in the same call, for the instances of the plan (O(plan) or the one made
+    here) - ensures the service group and user exist (C(groupadd), C(useradd),
+    C(usermod) only for what is missing); checks that O(model_path) holds C(config.json); writes
     C(/etc/lingbot/plan.json), each instance's directory, C(config.yaml) (O(config_overrides)
     merged on top and validated against LingBot's schema), C(secrets.env) and the marker
     that says the toolkit made the directory, C(lingbot@.service) and one drop-in per
@@ -40,11 +52,45 @@ extends_documentation_fragment:
 options:
   plan:
     description:
-      - The plan document (C(lingbot_plan)); written to C(/etc/lingbot/plan.json). Each of
-        its C(instances) needs C(name), C(port), C(numa_node), C(gpus), C(gpus_argument),
-        C(environment), C(peer_access_threshold_gbytes_per_s) and C(config).
+      - A plan document made elsewhere (C(lingbot_fleet.plan.build_plan)); written to
+        C(/etc/lingbot/plan.json). Each of its C(instances) needs C(name), C(port),
+        C(numa_node), C(gpus), C(gpus_argument), C(environment),
+        C(peer_access_threshold_gbytes_per_s) and C(config).
+      - Mutually exclusive with O(plan_inputs); one of them is required (the action plugin
+        fills O(plan_inputs) when the task gives neither).
     type: dict
-    required: true
+  plan_inputs:
+    description:
+      - The planner's inputs from the controller; the module adds the plan in force and the
+        model's layer count from the node and plans with them.
+    type: dict
+    suboptions:
+      facts:
+        description: The GPU facts (C(ansible_facts.lingbot_gpu), role gpu_facts).
+        type: dict
+        required: true
+      probe:
+        description:
+          - The probe result (C(ansible_facts.lingbot_probe), role p2p_probe); without it
+            the plan is provisional.
+        type: dict
+      policy:
+        description:
+          - The planner's policy, the C(lingbot_service_*) keys of docs/plan.md without the
+            prefix, typed as the role's argument spec declares.
+        type: dict
+        default: {}
+      findings:
+        description: The link findings of gpu_checks (C(ansible_facts.lingbot_link_findings)).
+        type: list
+        elements: dict
+        default: []
+  fail_without_instances:
+    description:
+      - With O(plan_inputs), fail when the plan has no instance (naming why); false leaves
+        this node's LingBot as it is.
+    type: bool
+    default: true
   readiness_only:
     description:
       - Only check that the plan's instances are ready (O(plan) needs just C(instances)
@@ -156,9 +202,8 @@ author:
 """
 
 EXAMPLES = r"""
-- name: Run the planned LingBot instances and check that each one is ready
+- name: Plan LingBot, run its instances and check that each one is ready
   lingbot_service:
-    plan: "{{ lingbot_plan }}"
     python: /opt/lingbot/venv/bin/python
     model_path: /srv/models/lingbot-7b
     config_overrides: {kv_cache_sync_interval_ms: 20}
@@ -171,6 +216,16 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+plan:
+  description:
+    - The plan document made on the node (with O(plan_inputs)); also set as the fact
+      C(lingbot_plan). Returned on failure too when the plan was made.
+  returned: when O(plan_inputs) is set
+  type: dict
+model_layers_source:
+  description: Where the plan's C(model_num_layers) comes from (the file, or the policy).
+  returned: success, when O(plan_inputs) is set
+  type: str
 instances:
   description: The planned instances, in plan order.
   returned: always
@@ -246,6 +301,8 @@ from ansible.module_utils.lingbot_fleet.nodefiles import (
     NodeFileError,
     run_command,
 )
+from ansible.module_utils.lingbot_fleet.plan import PlanInputError
+from ansible.module_utils.lingbot_fleet.plan.node import plan_on_node
 
 INSTANCE_KEYS = (
     "name",
@@ -293,14 +350,17 @@ class ServiceError(Exception):
 def planned_instances(plan: dict, keys: tuple[str, ...]) -> list[dict]:
     instances = plan.get("instances")
     if not isinstance(instances, list) or not instances:
-        raise ServiceError("plan has no instances; the role runs this module only when it has")
+        raise ServiceError(
+            "plan has no instances; pass plan_inputs instead, which plans on the node and "
+            "leaves a node without an instance as it is (fail_without_instances=false)"
+        )
     names = []
     for position, instance in enumerate(instances):
         missing = [key for key in keys if not isinstance(instance, dict) or key not in instance]
         if missing:
             raise ServiceError(
-                f"plan instance {position} lacks {', '.join(missing)}; pass the lingbot_plan "
-                "action's plan unchanged"
+                f"plan instance {position} lacks {', '.join(missing)}; pass a plan made by "
+                "lingbot_fleet.plan.build_plan unchanged, or plan_inputs"
             )
         names.append(layout.check_instance_name(instance["name"]))
     if len(set(names)) != len(names):
@@ -764,8 +824,16 @@ def wait_ready(module: AnsibleModule, systemctl: str, instances: list[dict]) -> 
 
 # --- the module -----------------------------------------------------------------------------
 
+PLAN_INPUTS_SPEC = {
+    "facts": {"type": "dict", "required": True},
+    "probe": {"type": "dict"},
+    "policy": {"type": "dict", "default": {}},
+    "findings": {"type": "list", "elements": "dict", "default": []},
+}
 ARGUMENT_SPEC = {
-    "plan": {"type": "dict", "required": True},
+    "plan": {"type": "dict"},
+    "plan_inputs": {"type": "dict", "options": PLAN_INPUTS_SPEC},
+    "fail_without_instances": {"type": "bool", "default": True},
     "readiness_only": {"type": "bool", "default": False},
     "python": {"type": "path", "default": "/usr/bin/python3"},
     "entry": {"type": "list", "elements": "str", "default": ["-m", "lingbot"]},
@@ -833,9 +901,58 @@ def converge(module: AnsibleModule, changes: NodeChanges, instances: list[dict])
     }
 
 
-def run_module() -> None:
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+NO_CHANGES = {
+    "files": [],
+    "restarted": [],
+    "started": [],
+    "enabled": [],
+    "removed_instances": [],
+    "daemon_reload": False,
+    "readiness": {},
+}
+
+
+def plan_here(module: AnsibleModule) -> dict:
+    """The plan from O(plan_inputs) and this node; fails the module before any change."""
     params = module.params
+    try:
+        planned = plan_on_node(params["plan_inputs"], params["root"], params["model_path"])
+    except PlanInputError as error:
+        module.fail_json(msg=f"cannot plan LingBot for this host: {error}", instances=[])
+    for warning in planned.warnings:
+        module.warn(warning)
+    plan = planned.plan
+    refusal = planned.refusal(params["fail_without_instances"])
+    if refusal is not None:
+        names = [instance["name"] for instance in plan["instances"]]
+        module.fail_json(msg=refusal, instances=names, plan=plan, changed=False)
+    return {"plan": plan, "model_layers_source": planned.model_layers_source}
+
+
+def with_plan_fact(result: dict, planned: dict) -> dict:
+    """``result`` with the plan made here and the fact lingbot_plan (beside the others)."""
+    if not planned:
+        return result
+    facts = {**result.get("ansible_facts", {}), "lingbot_plan": planned["plan"]}
+    return {**result, **planned, "ansible_facts": facts}
+
+
+def run_module() -> None:
+    module = AnsibleModule(
+        argument_spec=ARGUMENT_SPEC,
+        mutually_exclusive=[("plan", "plan_inputs")],
+        required_one_of=[("plan", "plan_inputs")],
+        supports_check_mode=True,
+    )
+    params = module.params
+    planned = {}
+    if params["plan_inputs"] is not None:
+        planned = plan_here(module)
+        params["plan"] = planned["plan"]
+        if not params["plan"]["instances"]:
+            # No instance and lingbot_service_fail_without_instances=false: left as it is.
+            done = {"changed": False, "instances": [], "actions": [], **NO_CHANGES}
+            module.exit_json(**with_plan_fact(done, planned))
     changes = NodeChanges.for_module(params, module.check_mode, params["root"])
     names: list[str] = []
     try:
@@ -848,10 +965,12 @@ def run_module() -> None:
         else:
             result = converge(module, changes, instances)
     except ServiceError as error:
-        module.fail_json(msg=str(error), instances=names, **error.details, **changes.result())
+        module.fail_json(
+            msg=str(error), instances=names, **error.details, **changes.result(), **planned
+        )
     except (NodeFileError, layout.LayoutError) as error:
-        module.fail_json(msg=str(error), instances=names, **changes.result())
-    module.exit_json(instances=names, **result, **changes.result())
+        module.fail_json(msg=str(error), instances=names, **changes.result(), **planned)
+    module.exit_json(**with_plan_fact({"instances": names, **result, **changes.result()}, planned))
 
 
 def main() -> None:

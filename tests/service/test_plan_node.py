@@ -1,32 +1,14 @@
-"""lingbot_plan_inputs: the plan in force and the model's layer count, read from the node."""
+"""lingbot_fleet.plan.node: the plan in force and the model's layer count, read from the node."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-MODULE_PATH = (
-    Path(__file__).resolve().parents[2]
-    / "roles"
-    / "lingbot_service"
-    / "library"
-    / "lingbot_plan_inputs.py"
-)
+from lingbot_fleet.plan import node as plan_node
 
-
-def load_module() -> Any:
-    spec = importlib.util.spec_from_file_location("lingbot_plan_inputs_module", MODULE_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-INPUTS = load_module()
 MODEL = "/srv/model"
 CONFIG = f"{MODEL}/config.json"
 
@@ -39,7 +21,7 @@ def write_model(root: Path, text: str) -> None:
 
 def test_layer_count_from_config_json(tmp_path: Path) -> None:
     write_model(tmp_path, '{"num_hidden_layers": 32}')
-    assert INPUTS.model_layers(str(tmp_path), MODEL, None) == (
+    assert plan_node.model_layers(str(tmp_path), MODEL, None) == (
         32,
         f"{CONFIG} (num_hidden_layers)",
         None,
@@ -48,18 +30,18 @@ def test_layer_count_from_config_json(tmp_path: Path) -> None:
 
 def test_layer_count_from_text_config(tmp_path: Path) -> None:
     write_model(tmp_path, '{"text_config": {"num_hidden_layers": 40}}')
-    assert INPUTS.model_layers(str(tmp_path), MODEL, None)[0] == 40
+    assert plan_node.model_layers(str(tmp_path), MODEL, None)[0] == 40
 
 
 def test_the_inventory_value_is_the_fallback_and_must_agree(tmp_path: Path) -> None:
     write_model(tmp_path, '{"model_type": "x"}')
-    assert INPUTS.model_layers(str(tmp_path), MODEL, 12) == (
+    assert plan_node.model_layers(str(tmp_path), MODEL, 12) == (
         12,
         "lingbot_service_model_num_layers",
         None,
     )
     write_model(tmp_path, '{"num_hidden_layers": 32}')
-    assert INPUTS.model_layers(str(tmp_path), MODEL, 12) == (
+    assert plan_node.model_layers(str(tmp_path), MODEL, 12) == (
         None,
         "",
         f"{CONFIG} says num_hidden_layers 32 but lingbot_service_model_num_layers is 12; unset "
@@ -100,17 +82,17 @@ def test_a_model_without_a_usable_layer_count_names_the_file_and_the_fix(
 ) -> None:
     if text is not None:
         write_model(tmp_path, text)
-    assert INPUTS.model_layers(str(tmp_path), MODEL, None) == (None, "", problem)
+    assert plan_node.model_layers(str(tmp_path), MODEL, None) == (None, "", problem)
 
 
 def test_deployed_plan_is_read_and_a_broken_one_is_a_warning(tmp_path: Path) -> None:
-    assert INPUTS.deployed_plan(str(tmp_path)) == (None, [])
+    assert plan_node.deployed_plan(str(tmp_path)) == (None, [])
     etc = tmp_path / "etc" / "lingbot"
     etc.mkdir(parents=True)
     (etc / "plan.json").write_text(json.dumps({"schema_version": 1, "instances": []}))
-    assert INPUTS.deployed_plan(str(tmp_path)) == ({"schema_version": 1, "instances": []}, [])
+    assert plan_node.deployed_plan(str(tmp_path)) == ({"schema_version": 1, "instances": []}, [])
     (etc / "plan.json").write_text("{broken")
-    plan, warnings = INPUTS.deployed_plan(str(tmp_path))
+    plan, warnings = plan_node.deployed_plan(str(tmp_path))
     assert plan is None
     assert warnings == [
         "/etc/lingbot/plan.json cannot be read (Expecting property name enclosed in double "
