@@ -324,10 +324,16 @@ _PLAIN_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*")
 _YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n", "~"}
 
 
+# Characters a YAML reader takes as line breaks (NEL, LS, PS) or refuses as not printable
+# (C1 controls, the BOM, U+FFFE/U+FFFF): written as \u escapes inside double quotes.
+_YAML_UNSAFE_RE = re.compile("[\u0080-\u009f\u2028\u2029\ufeff\ufffe\uffff]")
+
+
 def _string(text: str) -> str:
     if _PLAIN_RE.fullmatch(text) and text.lower() not in _YAML_WORDS:
         return text
-    return json.dumps(text, ensure_ascii=False)
+    quoted = json.dumps(text, ensure_ascii=False)
+    return _YAML_UNSAFE_RE.sub(lambda match: f"\\u{ord(match.group()):04x}", quoted)
 
 
 def _scalar(value: Any) -> str:

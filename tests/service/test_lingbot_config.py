@@ -198,6 +198,25 @@ def test_float_and_special_strings_are_written_unambiguously() -> None:
     assert text == 'a: 1.0e-05\nb: 3.0\nc: "yes"\nd: "12"\ne: ""\nf: "a: b"\ng: []\n'
 
 
+@pytest.mark.parametrize(
+    ("text", "escaped"),
+    [
+        ("\u2028", "\\u2028"),
+        ("a\u2029b", "a\\u2029b"),
+        ("x\u0085", "x\\u0085"),
+        ("\ufeffkey", "\\ufeffkey"),
+        ("c1\u0090", "c1\\u0090"),
+    ],
+)
+def test_line_breaks_and_unprintables_yaml_would_misread_are_escaped(
+    text: str, escaped: str
+) -> None:
+    written = to_yaml({text: text})
+    assert written == f'"{escaped}": "{escaped}"\n'
+    assert yaml.safe_load(written) == {text: text}
+    assert parse_document(written).value == {text: text}
+
+
 _KEYS = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=12)
 _SCALARS = (
     st.none()
