@@ -23,6 +23,7 @@ UNCONVERGED = {
     "LINGBOT_NOT_DEPLOYED",
 }
 IMPLIED_BY_PROFILE = {
+    "a6000-already-configured": set(),
     "a6000-chipset": {"PCIE_GPU_BEHIND_CHIPSET", "PCIE_WIDTH_BELOW_EXPECTED"},
     "a6000-dual-socket": set(),
     "a6000-gen3": {"PCIE_GEN_BELOW_EXPECTED"},

@@ -18,6 +18,11 @@ EXPECTED: dict[str, tuple[str, list[tuple[str, int, list[int], str]], str]] = {
         [("main", 0, [0, 1], "p2p_direct")],
         "weakest pair 0-1: 28.4 GB/s",
     ),
+    "a6000-already-configured": (
+        "multi_gpu",
+        [("main", 0, [0, 1], "p2p_direct")],
+        "weakest pair 0-1: 28.4 GB/s",
+    ),
     "a6000-idle-gen1": (
         "multi_gpu",
         [("main", 0, [0, 1], "p2p_direct")],
