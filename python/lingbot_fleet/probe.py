@@ -935,3 +935,139 @@ def fill_skipped(fresh: dict[str, Any], saved: Mapping[str, Any] | None) -> dict
         for pair in fresh.get("pairs") or []
     ]
     return filled
+
+
+# ---- the module's options, and the reuse decided on the controller -------------------
+
+SAVED_PROBE_FACT_NAME = "lingbot_saved_probe"
+
+# The p2p_probe module's options: the module and its action plugin validate with this.
+PROBE_ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
+    "size_mib": {"type": "int", "default": 256},
+    "repetitions": {"type": "int", "default": 3},
+    "copies_per_sample": {"type": "int", "default": 1},
+    "warmup_copies": {"type": "int", "default": 1},
+    "link_load_s": {"type": "float", "default": 0.5},
+    "latency_repetitions": {"type": "int", "default": 50},
+    "time_budget_s": {"type": "float", "default": 45.0},
+    "pairs": {"type": "raw", "default": "all"},
+    "save_dir": {"type": "path", "default": DEFAULT_SAVE_DIR},
+    "keep": {"type": "int", "default": 10},
+    "save": {"type": "bool", "default": True},
+    "parameters_from": {"type": "path"},
+    "probe_serving_gpus": {"type": "bool", "default": False},
+    "plan_path": {"type": "path", "default": "/etc/lingbot/plan.json"},
+    "read_only": {"type": "bool", "default": False},
+    "max_age_s": {"type": "float", "default": 0.0},
+    "facts": {"type": "dict"},
+    "root": {"type": "path", "default": "/"},
+    "cuda_library": {"type": "str", "default": "libcuda.so.1"},
+    "use_nvml": {"type": "bool", "default": True},
+    "nvml_python_path": {"type": "list", "elements": "str", "default": []},
+    "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+}
+
+
+def saved_probe_fact(save_dir: str | Path, read_at_s: float | None) -> dict[str, Any]:
+    """``ansible_facts.lingbot_saved_probe``: the saved probe of `save_dir`, validated by
+    ``read_saved_probe`` (null with the note when latest.json is unusable), and when it was
+    read (the node's clock)."""
+    probe, note = read_saved_probe(save_dir)
+    return {"save_dir": str(save_dir), "probe": probe, "note": note, "read_at_s": read_at_s}
+
+
+def figures_of(document: Any, path: str) -> tuple[dict[str, Any], str | None]:
+    """The figure parameters of the probe document read from `path` ({} when it has no
+    complete set), and the note the probe carries about them."""
+    figures = figure_parameters(document if isinstance(document, dict) else None)
+    if not figures or any(value is None for value in figures.values()):
+        return {}, f"parameters_from {path} has no complete parameters; the options apply"
+    timestamp = document.get("timestamp")
+    return figures, f"figure parameters taken from {path} (the probe of {timestamp})"
+
+
+def options_parameters(
+    options: Mapping[str, Any], figures: Mapping[str, Any]
+) -> tuple[ProbeParameters | None, list[str]]:
+    """The module's validated options (with the figures of parameters_from) as
+    ProbeParameters, or None and what is wrong with them."""
+    try:
+        pairs = parse_pairs(options["pairs"])
+    except ValueError as error:
+        return None, [str(error)]
+    parameters = ProbeParameters(
+        **{
+            "size_bytes": options["size_mib"] * MIB,
+            "repetitions": options["repetitions"],
+            "copies_per_sample": options["copies_per_sample"],
+            "warmup_copies": options["warmup_copies"],
+            "latency_repetitions": options["latency_repetitions"],
+            **figures,
+        },
+        time_budget_s=options["time_budget_s"],
+        link_load_s=options["link_load_s"],
+        pairs=pairs,
+    )
+    # size_bytes is what the module computes from size_mib: name the option instead.
+    problems = [p for p in parameters.problems() if not p.startswith("size_bytes ")]
+    if options["size_mib"] < 1:
+        problems.insert(0, f"size_mib must be at least 1, not {options['size_mib']}")
+    if options["keep"] < 1:
+        problems.append(f"keep must be at least 1, not {options['keep']}")
+    return (None, problems) if problems else (parameters, [])
+
+
+def reused_result(probe: dict[str, Any], reason: str) -> dict[str, Any]:
+    """What p2p_probe returns when the saved probe stands for the node."""
+    return {
+        "changed": False,
+        "probe": probe,
+        "saved": {},
+        "msg": reason,
+        "ansible_facts": {PROBE_FACT_NAME: probe},
+    }
+
+
+def controller_reuse(
+    options: Mapping[str, Any], saved_fact: Any, now_s: float
+) -> tuple[str | None, str]:
+    """(why the saved probe stands for the node, "") when the controller can answer the
+    p2p_probe task with these validated options and ``ansible_facts.lingbot_saved_probe``
+    without running the module; else (None, why the module runs).
+
+    The rules are the module's: ``options_parameters`` and ``reuse_reason``. The node's
+    clock when gpu_facts read the file is a floor for `now_s` (the controller's clock), so
+    a controller clock behind the node's does not make the probe younger than it was then.
+    Whatever only the node can tell makes the module run: read_only, facts the module
+    gathers itself, another save directory, a parameters_from other than its latest.json.
+    """
+    if options["read_only"]:
+        return None, "read_only returns the node's file"
+    if not options["facts"]:
+        return None, "the module gathers the facts itself"
+    if not isinstance(saved_fact, Mapping) or not isinstance(saved_fact.get("save_dir"), str):
+        return None, f"no ansible_facts.{SAVED_PROBE_FACT_NAME} (the gpu_facts role reads it)"
+    save_dir = Path(options["save_dir"])
+    if not save_dir.is_absolute() or save_dir != Path(saved_fact["save_dir"]):
+        return None, (
+            f"save_dir {options['save_dir']} is not the directory gpu_facts read "
+            f"({saved_fact['save_dir']})"
+        )
+    saved = saved_fact.get("probe")
+    if not isinstance(saved, dict):
+        return None, f"no usable saved probe in {saved_fact['save_dir']}"
+    figures: Mapping[str, Any] = {}
+    if options["parameters_from"]:
+        if Path(options["parameters_from"]) != save_dir / LATEST_NAME:
+            return None, f"parameters_from {options['parameters_from']} is read on the node"
+        figures = figures_of(saved, options["parameters_from"])[0]
+    parameters, problems = options_parameters(options, figures)
+    if parameters is None:
+        return None, "; ".join(problems)
+    read_at_s = saved_fact.get("read_at_s")
+    if isinstance(read_at_s, int | float) and not isinstance(read_at_s, bool):
+        now_s = max(now_s, float(read_at_s))
+    reason = reuse_reason(saved, options["facts"], options["max_age_s"], now_s, parameters)
+    if reason is None:
+        return None, "the saved probe is too old, of other GPUs or of other figure parameters"
+    return reason, ""

@@ -42,6 +42,14 @@ options:
         says in RV(pynvml_in_venv) whether C(<pynvml_venv>/lib/python3*/site-packages/pynvml.py)
         exists, so the role installs it only when it is missing.
     type: path
+  saved_probe_dir:
+    description:
+      - The p2p_probe save directory; its C(latest.json), validated as the probe reads it,
+        is returned as C(ansible_facts.lingbot_saved_probe), so the p2p_probe action can
+        reuse it without a module call of its own. The default is the probe's default
+        (C(lingbot_fleet.probe.DEFAULT_SAVE_DIR)).
+    type: path
+    default: /var/lib/lingbot-fleet/probe
   pynvml_sha1:
     description:
       - With O(pynvml_venv), RV(pynvml_in_venv) also requires this SHA-1 (the controller's
@@ -81,6 +89,12 @@ ansible_facts:
     lingbot_gpu:
       description: Facts document (schema_version 1, see docs/facts.md).
       type: dict
+    lingbot_saved_probe:
+      description:
+        - The saved probe of O(saved_probe_dir) - C(save_dir), C(probe) (the document, null
+          when there is none or it is unusable), C(note) (why it is unusable) and
+          C(read_at_s) (the node's clock when it was read); see docs/facts.md.
+      type: dict
 pynvml_path:
   description: The pynvml file NVML is (or would be) read through; null when none is importable.
   returned: always
@@ -96,10 +110,16 @@ pynvml_in_venv:
 
 import glob
 import os
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.lingbot_fleet.facts import FACT_NAME, gather_facts
 from ansible.module_utils.lingbot_fleet.facts.nvml import find_pynvml
+from ansible.module_utils.lingbot_fleet.probe import (
+    DEFAULT_SAVE_DIR,
+    SAVED_PROBE_FACT_NAME,
+    saved_probe_fact,
+)
 
 
 def pynvml_in_venv(module: AnsibleModule, venv: str | None, sha1: str | None) -> bool | None:
@@ -119,6 +139,7 @@ def run_module() -> None:
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
             "pynvml_venv": {"type": "path"},
             "pynvml_sha1": {"type": "str"},
+            "saved_probe_dir": {"type": "path", "default": DEFAULT_SAVE_DIR},
         },
         required_by={"pynvml_sha1": "pynvml_venv"},
         supports_check_mode=True,
@@ -133,7 +154,10 @@ def run_module() -> None:
     )
     module.exit_json(
         changed=False,
-        ansible_facts={FACT_NAME: facts},
+        ansible_facts={
+            FACT_NAME: facts,
+            SAVED_PROBE_FACT_NAME: saved_probe_fact(params["saved_probe_dir"], time.time()),
+        },
         pynvml_path=find_pynvml(params["nvml_python_path"]),
         pynvml_in_venv=pynvml_in_venv(module, params["pynvml_venv"], params["pynvml_sha1"]),
     )

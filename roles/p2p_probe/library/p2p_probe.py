@@ -69,7 +69,8 @@ options:
     type: raw
     default: all
   save_dir:
-    description: Where latest.json and the timestamped copies are written.
+    description: Where latest.json and the timestamped copies are written
+      (C(lingbot_fleet.probe.DEFAULT_SAVE_DIR)).
     type: path
     default: /var/lib/lingbot-fleet/probe
   keep:
@@ -184,15 +185,16 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.lingbot_fleet.facts import gather_facts
 from ansible.module_utils.lingbot_fleet.probe import (
     LATEST_NAME,
-    MIB,
+    PROBE_ARGUMENT_SPEC,
     PROBE_FACT_NAME,
     ProbeParameters,
-    figure_parameters,
+    figures_of,
     fill_skipped,
-    parse_pairs,
+    options_parameters,
     read_plan,
     read_saved_probe,
     reuse_reason,
+    reused_result,
     run_probe,
     save_probe,
     serving_gpus,
@@ -221,72 +223,19 @@ def figures_like(path: str | None) -> tuple[dict, str | None]:
             saved = json.load(handle)
     except (OSError, ValueError) as error:
         return {}, f"parameters_from {path} not used ({error}); the options apply"
-    figures = figure_parameters(saved if isinstance(saved, dict) else None)
-    if not figures or any(value is None for value in figures.values()):
-        return {}, f"parameters_from {path} has no complete parameters; the options apply"
-    note = f"figure parameters taken from {path} (the probe of {saved.get('timestamp')})"
-    return figures, note
+    return figures_of(saved, path)
 
 
 def parameters_from(module: AnsibleModule) -> tuple[ProbeParameters, str | None]:
-    params = module.params
-    try:
-        pairs = parse_pairs(params["pairs"])
-    except ValueError as error:
-        module.fail_json(msg=str(error))
-    figures, note = figures_like(params["parameters_from"])
-    parameters = ProbeParameters(
-        **{
-            "size_bytes": params["size_mib"] * MIB,
-            "repetitions": params["repetitions"],
-            "copies_per_sample": params["copies_per_sample"],
-            "warmup_copies": params["warmup_copies"],
-            "latency_repetitions": params["latency_repetitions"],
-            **figures,
-        },
-        time_budget_s=params["time_budget_s"],
-        link_load_s=params["link_load_s"],
-        pairs=pairs,
-    )
-    # size_bytes is what the module computes from size_mib: name the option instead.
-    problems = [p for p in parameters.problems() if not p.startswith("size_bytes ")]
-    if params["size_mib"] < 1:
-        problems.insert(0, f"size_mib must be at least 1, not {params['size_mib']}")
-    if params["keep"] < 1:
-        problems.append(f"keep must be at least 1, not {params['keep']}")
-    if problems:
+    figures, note = figures_like(module.params["parameters_from"])
+    parameters, problems = options_parameters(module.params, figures)
+    if parameters is None:
         module.fail_json(msg="; ".join(problems))
     return parameters, note
 
 
 def run_module() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "size_mib": {"type": "int", "default": 256},
-            "repetitions": {"type": "int", "default": 3},
-            "copies_per_sample": {"type": "int", "default": 1},
-            "warmup_copies": {"type": "int", "default": 1},
-            "link_load_s": {"type": "float", "default": 0.5},
-            "latency_repetitions": {"type": "int", "default": 50},
-            "time_budget_s": {"type": "float", "default": 45.0},
-            "pairs": {"type": "raw", "default": "all"},
-            "save_dir": {"type": "path", "default": "/var/lib/lingbot-fleet/probe"},
-            "keep": {"type": "int", "default": 10},
-            "save": {"type": "bool", "default": True},
-            "parameters_from": {"type": "path"},
-            "probe_serving_gpus": {"type": "bool", "default": False},
-            "plan_path": {"type": "path", "default": "/etc/lingbot/plan.json"},
-            "read_only": {"type": "bool", "default": False},
-            "max_age_s": {"type": "float", "default": 0.0},
-            "facts": {"type": "dict"},
-            "root": {"type": "path", "default": "/"},
-            "cuda_library": {"type": "str", "default": "libcuda.so.1"},
-            "use_nvml": {"type": "bool", "default": True},
-            "nvml_python_path": {"type": "list", "elements": "str", "default": []},
-            "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=PROBE_ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
     if params["read_only"]:
         read_only_result(module)
@@ -302,13 +251,7 @@ def run_module() -> None:
     saved_probe, unusable_note = read_saved_probe(params["save_dir"])
     reused = reuse_reason(saved_probe, facts, params["max_age_s"], time.time(), parameters)
     if reused:
-        module.exit_json(
-            changed=False,
-            probe=saved_probe,
-            saved={},
-            msg=reused,
-            ansible_facts={PROBE_FACT_NAME: saved_probe},
-        )
+        module.exit_json(**reused_result(saved_probe, reused))
     skip = {}
     if module.check_mode and not params["probe_serving_gpus"]:
         plan_path = params["plan_path"]
