@@ -32,6 +32,7 @@ IMPLIED_BY_PROFILE = {
     "a6000-noacpi": {"NUMA_NODE_MISSING"},
     "a6000-persistenced-off": set(),
     "a6000-phb": set(),
+    "a6000-ubuntu-vt-handoff": {"NUMA_NODE_MISSING"},
     "a6000-x8": {"PCIE_WIDTH_BELOW_EXPECTED"},
     "h100-sxm-nvswitch": set(),
     "pcie-4gpu-two-switches": set(),

@@ -293,6 +293,16 @@ def _broken(change) -> dict:
             'translated, passthrough; fix: write "off" in quotes (YAML reads a bare off as false)',
         ),
         (
+            lambda p: p["boot"].update(distribution="Ubuntu"),
+            "profile pcie-4gpu-two-switches: boot.distribution: 'Ubuntu' is not a distribution "
+            "of os_family Debian; fix: write one of debian, ubuntu, or change os_family",
+        ),
+        (
+            lambda p: p.update(os_family="RedHat") or p["boot"].update(distribution="ubuntu"),
+            "profile pcie-4gpu-two-switches: boot.distribution: 'ubuntu' is not a distribution "
+            "of os_family RedHat; fix: write one of rhel, or change os_family",
+        ),
+        (
             lambda p: p["pcie_ports"][1]["link"].update(width=8),
             "profile pcie-4gpu-two-switches: pcie_ports[1].link: trained at Gen4 x8 but the "
             "other end of its link, port 0000:20:01.1, at Gen4 x16; fix: give both ends of the "
@@ -325,6 +335,7 @@ def test_defaults_fill_optional_fields():
     del raw["gpus"][0]["link"]["width"]
     profile = validate_profile(raw)
     assert profile["boot"] == {
+        "distribution": "debian",
         "grub_cmdline_linux_default": "quiet",
         "grub_cmdline_linux": "",
         "iommu_default": "passthrough",

@@ -38,6 +38,12 @@ EXPECTED: dict[str, tuple[str, list[int], list[tuple[int, int, int]], dict[Any, 
         [(4, 16, 4), (4, 16, 4)],
         {(0, 1): ("PHB", 30, "OK", 28.4, False)},
     ),
+    "a6000-ubuntu-vt-handoff": (
+        "passthrough",
+        [-1, -1],
+        [(4, 16, 4), (4, 16, 4)],
+        {(0, 1): ("PHB", 30, "CNS", None, False)},
+    ),
     "a6000-chipset": (
         "off",
         [0, 0],
@@ -131,7 +137,7 @@ EXPECTED: dict[str, tuple[str, list[int], list[tuple[int, int, int]], dict[Any, 
 }
 
 
-def test_there_are_exactly_the_fifteen_profiles():
+def test_there_are_exactly_the_sixteen_profiles():
     assert sorted(EXPECTED) == ALL_PROFILES
 
 

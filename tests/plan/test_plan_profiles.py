@@ -63,6 +63,11 @@ EXPECTED: dict[str, tuple[str, list[tuple[str, int, list[int], str]], str]] = {
         [],
         "pci=noacpi on the running kernel command line",
     ),
+    "a6000-ubuntu-vt-handoff": (
+        "single_gpu",
+        [("numa0-1", 0, [0], "host_fallback"), ("numa0-2", 0, [1], "host_fallback")],
+        "0->1 has no peer access (P2P status CNS)",
+    ),
     "h100-sxm-nvswitch": (
         "multi_gpu",
         [

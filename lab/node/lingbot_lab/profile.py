@@ -31,7 +31,14 @@ ACS_FLAGS = (
     "p2p_egress_control",
     "direct_translated",
 )
-DEFAULT_KERNEL_VERSION = {"Debian": "6.1.0-18-amd64", "RedHat": "5.14.0-362.24.1.el9_3.x86_64"}
+# The distributions each family's boot configuration can look like (the first is the
+# default): Debian's or Ubuntu's grub-mkconfig scripts and /etc/default/grub; RHEL's BLS.
+DISTRIBUTIONS = {"Debian": ("debian", "ubuntu"), "RedHat": ("rhel",)}
+DEFAULT_KERNEL_VERSION = {
+    "debian": "6.1.0-18-amd64",
+    "ubuntu": "6.8.0-31-generic",
+    "rhel": "5.14.0-362.24.1.el9_3.x86_64",
+}
 DEFAULT_ROOT_UUID = "6f1c2a4e-3b5d-4e8f-9a7b-0c1d2e3f4a5b"
 DEFAULT_DRIVER = {"version": "550.54.15", "cuda_driver_version": 12040}
 # PCI subsystem device ids of the reference boards, keyed by PCI device id.
@@ -363,7 +370,15 @@ def validate_profile(raw: dict[str, Any]) -> dict[str, Any]:
     boot.setdefault("grub_cmdline_linux_default", "quiet")
     boot.setdefault("grub_cmdline_linux", "")
     boot.setdefault("iommu_default", "passthrough")
-    boot.setdefault("kernel_version", DEFAULT_KERNEL_VERSION[profile["os_family"]])
+    distributions = DISTRIBUTIONS[profile["os_family"]]
+    distribution = boot.setdefault("distribution", distributions[0])
+    if distribution not in distributions or isinstance(distribution, bool):
+        check.fail(
+            "boot.distribution",
+            f"{distribution!r} is not a distribution of os_family {profile['os_family']}",
+            f"write one of {', '.join(distributions)}, or change os_family",
+        )
+    boot.setdefault("kernel_version", DEFAULT_KERNEL_VERSION[distribution])
     boot.setdefault("root_uuid", DEFAULT_ROOT_UUID)
     check.choice(boot["iommu_default"], "boot.iommu_default", IOMMU_MODES)
     driver = profile.setdefault("driver", {})

@@ -244,6 +244,8 @@ def _install_lab_files(
     (root / "etc/machine-id").write_text(os.urandom(16).hex() + "\n")
     if profile.get("os_family") == "RedHat":
         _present_as_rocky(root)
+    elif profile["boot"]["distribution"] == "ubuntu":
+        _present_as_ubuntu(root)
 
 
 # A RedHat-family profile boots the same Debian rootfs but presents itself as Rocky Linux
@@ -265,6 +267,31 @@ def _present_as_rocky(root: Path) -> None:
     for name in ("redhat-release", "rocky-release", "system-release"):
         (root / "etc" / name).write_text("Rocky Linux release 9.3 (Blue Onyx)\n")
     (root / "etc/debian_version").unlink(missing_ok=True)
+
+
+# An Ubuntu-style profile boots the same Debian rootfs but says it is Ubuntu 24.04, as its
+# /etc/default/grub (GRUB_DISTRIBUTOR reads NAME) and Ansible's facts expect.
+UBUNTU_OS_RELEASE = """PRETTY_NAME="Ubuntu 24.04 LTS"
+NAME="Ubuntu"
+VERSION_ID="24.04"
+VERSION="24.04 LTS (Noble Numbat)"
+VERSION_CODENAME=noble
+ID=ubuntu
+ID_LIKE=debian
+UBUNTU_CODENAME=noble
+"""
+UBUNTU_LSB_RELEASE = """DISTRIB_ID=Ubuntu
+DISTRIB_RELEASE=24.04
+DISTRIB_CODENAME=noble
+DISTRIB_DESCRIPTION="Ubuntu 24.04 LTS"
+"""
+
+
+def _present_as_ubuntu(root: Path) -> None:
+    os_release = root / "etc/os-release"
+    os_release.unlink(missing_ok=True)
+    os_release.write_text(UBUNTU_OS_RELEASE)
+    (root / "etc/lsb-release").write_text(UBUNTU_LSB_RELEASE)
 
 
 # ---------------------------------------------------------------- the lab
