@@ -67,8 +67,9 @@ def test_audit_reports_the_implied_findings_and_changes_nothing(booted_lab, tmp_
         codes = {finding["code"] for finding in node["findings"]}
         assert codes == UNCONVERGED | IMPLIED_BY_PROFILE[spec.profile], spec.profile
         assert node["plan"]["summary"], spec.profile
-    assert nodes["lab10-h100-sxm-nvswitch"]["plan"]["instances"][1]["name"] == "numa1"
-    assert nodes["lab06-a6000-noacpi"]["plan"]["instances"] == []
+    h100, noacpi = booted_lab.node("h100-sxm-nvswitch"), booted_lab.node("a6000-noacpi")
+    assert nodes[h100.name]["plan"]["instances"][1]["name"] == "numa1"
+    assert nodes[noacpi.name]["plan"]["instances"] == []
     for name in ("fleet.md", "fleet.html", "junit.xml"):
         assert (tmp_path / name).stat().st_size > 0
 
