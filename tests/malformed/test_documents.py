@@ -89,6 +89,63 @@ CASES = [
         "probe: schema_version is None, the planner reads 1; run this toolkit's p2p_probe again",
     ),
     (
+        "facts whose gpus hold a number",
+        lambda: build_plan({"schema_version": 1, "gpus": [1]}, None, {}),
+        PlanInputError,
+        "facts: gpus[0] is 1, not a gpu entry; gather the facts again with gpu_facts",
+    ),
+    (
+        "facts with a GPU index that is text",
+        lambda: build_plan({"schema_version": 1, "gpus": [{"index": "0"}]}, None, {}),
+        PlanInputError,
+        "facts: gpus[0].index is '0', not a GPU index; gather the facts again with gpu_facts",
+    ),
+    (
+        "facts whose schema version is a boolean",
+        lambda: build_plan({"schema_version": True, "gpus": []}, None, {}),
+        PlanInputError,
+        "facts: schema_version is True, the planner reads 1; gather the facts again with this "
+        "toolkit's gpu_facts",
+    ),
+    (
+        "a probe whose gpus are text",
+        lambda: build_plan(FACTS, {"schema_version": 1, "gpus": "x"}, {}),
+        PlanInputError,
+        "probe: gpus is 'x', not a list; run this toolkit's p2p_probe again",
+    ),
+    (
+        "a probe whose pairs hold text",
+        lambda: build_plan(FACTS, {"schema_version": 1, "gpus": [], "pairs": ["0->1"]}, {}),
+        PlanInputError,
+        "probe: pairs[0] is '0->1', not a pair entry; run this toolkit's p2p_probe again",
+    ),
+    (
+        "a probe with a NaN bandwidth",
+        lambda: build_plan(
+            FACTS,
+            {
+                "schema_version": 1,
+                "pairs": [
+                    {
+                        "src": 0,
+                        "dst": 1,
+                        "p2p_enabled": {"unidirectional_gbytes_per_s": float("nan")},
+                    }
+                ],
+            },
+            {},
+        ),
+        PlanInputError,
+        "probe.pairs[0].p2p_enabled.unidirectional_gbytes_per_s is nan, not a measured figure; "
+        "run this toolkit's p2p_probe again",
+    ),
+    (
+        "a policy that is a list",
+        lambda: build_plan(FACTS, None, ["p2p_min_gbytes_per_s"]),
+        PlanInputError,
+        "policy: expected a mapping of policy keys, got ['p2p_min_gbytes_per_s']",
+    ),
+    (
         "an unknown policy key",
         lambda: build_plan(FACTS, None, {"colour": 1}),
         PlanInputError,

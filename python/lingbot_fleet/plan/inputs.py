@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -89,28 +90,78 @@ def _gpu_findings(
     return tuple(refs)
 
 
+def _is_schema(document: Mapping[str, Any], expected: int) -> bool:
+    version = document.get("schema_version")
+    # True == 1 in Python: a boolean is not a schema version.
+    return not isinstance(version, bool) and version == expected
+
+
+def _entries(document: Mapping[str, Any], key: str, where: str, fix: str) -> list[Any]:
+    """``document[key]`` as a list of mappings (absent: empty), or PlanInputError."""
+    value = document.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise PlanInputError(f"{where}: {key} is {value!r}, not a list; {fix}")
+    for position, entry in enumerate(value):
+        if not isinstance(entry, Mapping):
+            raise PlanInputError(
+                f"{where}: {key}[{position}] is {entry!r}, not a {key[:-1]} entry; {fix}"
+            )
+    return value
+
+
+def _check_finite(value: Any, where: str, fix: str) -> None:
+    """Every measured figure (``*_gbytes_per_s``, ``*_ns``) is a finite number or null."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            name = f"{where}.{key}"
+            if (
+                isinstance(key, str)
+                and key.endswith(("gbytes_per_s", "_ns"))
+                and isinstance(item, float)
+                and not math.isfinite(item)
+            ):
+                raise PlanInputError(f"{name} is {item!r}, not a measured figure; {fix}")
+            _check_finite(item, name, fix)
+    elif isinstance(value, list):
+        for position, item in enumerate(value):
+            _check_finite(item, f"{where}[{position}]", fix)
+
+
 def _check_facts(facts: Mapping[str, Any]) -> None:
     if not isinstance(facts, Mapping):
         raise PlanInputError("facts: expected the gpu_facts document (a mapping)")
-    version = facts.get("schema_version")
-    if version != FACTS_SCHEMA_VERSION:
+    if not _is_schema(facts, FACTS_SCHEMA_VERSION):
         raise PlanInputError(
-            f"facts: schema_version is {version!r}, the planner reads {FACTS_SCHEMA_VERSION}; "
+            f"facts: schema_version is {facts.get('schema_version')!r}, the planner reads "
+            f"{FACTS_SCHEMA_VERSION}; "
             "gather the facts again with this toolkit's gpu_facts"
         )
     if not isinstance(facts.get("gpus"), list):
         raise PlanInputError("facts: missing the gpus list; gather the facts again with gpu_facts")
+    fix = "gather the facts again with gpu_facts"
+    for position, gpu in enumerate(_entries(facts, "gpus", "facts", fix)):
+        index = gpu.get("index")
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise PlanInputError(
+                f"facts: gpus[{position}].index is {index!r}, not a GPU index; {fix}"
+            )
 
 
 def _check_probe(probe: Mapping[str, Any]) -> None:
     if not isinstance(probe, Mapping):
         raise PlanInputError("probe: expected the p2p_probe result document (a mapping)")
-    version = probe.get("schema_version")
-    if version != PROBE_SCHEMA_VERSION:
+    if not _is_schema(probe, PROBE_SCHEMA_VERSION):
         raise PlanInputError(
-            f"probe: schema_version is {version!r}, the planner reads {PROBE_SCHEMA_VERSION}; "
+            f"probe: schema_version is {probe.get('schema_version')!r}, the planner reads "
+            f"{PROBE_SCHEMA_VERSION}; "
             "run this toolkit's p2p_probe again"
         )
+    fix = "run this toolkit's p2p_probe again"
+    _entries(probe, "gpus", "probe", fix)
+    _entries(probe, "pairs", "probe", fix)
+    _check_finite({key: probe.get(key) for key in ("gpus", "pairs")}, "probe", fix)
 
 
 def _probe_gpus(probe: Mapping[str, Any], facts_gpus: list[Mapping[str, Any]]) -> dict[int, Any]:

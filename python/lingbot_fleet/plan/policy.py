@@ -196,6 +196,8 @@ def _baseline(value: Any) -> Baseline | None:
 
 def policy_from_mapping(values: Mapping[str, Any] | None) -> PlanPolicy:
     """A validated PlanPolicy; PlanInputError names the key, the value and what is allowed."""
+    if values is not None and not isinstance(values, Mapping):
+        raise PlanInputError(f"policy: expected a mapping of policy keys, got {values!r}")
     raw = {}
     for key, value in (values or {}).items():
         name = key[len(ROLE_PREFIX) :] if key.startswith(ROLE_PREFIX) else key
