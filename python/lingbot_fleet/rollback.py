@@ -281,6 +281,27 @@ def _roll_back_locked(
     return result
 
 
+def _stop_and_disable(changes: NodeChanges, unit: str) -> None:
+    """``systemctl disable --now``; a unit systemd no longer knows (a rollback cut off after
+    its unit file went away, run again) is already stopped and disabled."""
+    done = changes.run(
+        ["systemctl", "disable", "--now", unit], f"stop and disable {unit}", check=False
+    )
+    if done.rc == 0:
+        return
+    show = run_command(
+        ["systemctl", "show", "-p", "LoadState", "-p", "ActiveState", "-p", "UnitFileState", unit],
+        check=False,
+    )
+    state = dict(line.split("=", 1) for line in show.stdout.splitlines() if "=" in line)
+    if state.get("LoadState") == "not-found" and state.get("ActiveState") in ("inactive", ""):
+        return
+    raise NodeFileError(
+        f"systemctl disable --now {unit} failed with exit status {done.rc}: "
+        f"{(done.stderr or done.stdout).strip()[-2000:]}"
+    )
+
+
 def _swap(
     request: RollbackRequest,
     plan: generations.RollbackPlan,
@@ -297,7 +318,7 @@ def _swap(
             request.root,
         )
         for unit in stop:
-            changes.run(["systemctl", "disable", "--now", unit], f"stop and disable {unit}")
+            _stop_and_disable(changes, unit)
 
     generations.apply_rollback(
         plan, request.generations_dir, request.run_id, request.root, before_swap=note_and_stop

@@ -40,6 +40,8 @@ IMPLIED_BY_PROFILE = {
     "rhel8-bls-kernelopts": {"NUMA_NODE_MISSING"},
     "rhel9-bls-kernel-cmdline": set(),
 }
+# A node configured by hand before the toolkit came has the kernel parameters in effect.
+SATISFIED_BY_PROFILE = {"a6000-already-configured": {"KERNEL_PARAMS_NOT_IN_EFFECT"}}
 
 
 def test_audit_reports_the_implied_findings_and_changes_nothing(booted_lab, tmp_path):
@@ -65,7 +67,8 @@ def test_audit_reports_the_implied_findings_and_changes_nothing(booted_lab, tmp_
     for spec in booted_lab.specs:
         node = nodes[spec.name]
         codes = {finding["code"] for finding in node["findings"]}
-        assert codes == UNCONVERGED | IMPLIED_BY_PROFILE[spec.profile], spec.profile
+        expected = UNCONVERGED | IMPLIED_BY_PROFILE[spec.profile]
+        assert codes == expected - SATISFIED_BY_PROFILE.get(spec.profile, set()), spec.profile
         assert node["plan"]["summary"], spec.profile
     h100, noacpi = booted_lab.node("h100-sxm-nvswitch"), booted_lab.node("a6000-noacpi")
     assert nodes[h100.name]["plan"]["instances"][1]["name"] == "numa1"
