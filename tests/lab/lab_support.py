@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 from lingbot_fleet.lab import layout
 from lingbot_fleet.playbook_run import PlaybookRun
 from lingbot_fleet.playbook_run import run_playbook as run_with_events
@@ -25,3 +30,26 @@ def recap(run: PlaybookRun, host: str) -> dict[str, int]:
     """The host's recap counters, with ansible-playbook's names (failed, unreachable)."""
     counts = run.host_recap(host)
     return {**counts, "failed": counts["failures"], "unreachable": counts["dark"]}
+
+
+def audit_findings(spec, report_dir: Path) -> list[str]:
+    """The codes of the findings `lingbot-fleet audit -l <node>` reports for one node."""
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "lingbot-fleet"),
+            "audit",
+            "-i",
+            str(layout.LAB_INVENTORY),
+            "-l",
+            spec.name,
+            "--report-dir",
+            str(report_dir),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    [node] = json.loads((report_dir / "fleet.json").read_text())["nodes"]
+    return sorted(finding["code"] for finding in node["findings"])

@@ -5,40 +5,13 @@ satisfied where they are. No drop-in, no update-grub, no reboot, nothing pending
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-from lab_support import recap, run_playbook
-
-from lingbot_fleet.lab import layout
+from lab_support import audit_findings, recap, run_playbook
 
 PROFILE = "a6000-already-configured"
 BOOT_FILES = (
     "md5sum /etc/default/grub /boot/grub/grub.cfg; ls /etc/default/grub.d/ 2>/dev/null; true"
 )
-
-
-def audit_findings(spec, report_dir: Path) -> list[str]:
-    done = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "lingbot-fleet"),
-            "audit",
-            "-i",
-            str(layout.LAB_INVENTORY),
-            "-l",
-            spec.name,
-            "--report-dir",
-            str(report_dir),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
-    assert done.returncode in (0, 1), done.stdout + done.stderr
-    [node] = json.loads((report_dir / "fleet.json").read_text())["nodes"]
-    return sorted(finding["code"] for finding in node["findings"])
 
 
 def test_parameters_already_set_are_satisfied_and_nothing_boots_again(booted_lab, tmp_path):

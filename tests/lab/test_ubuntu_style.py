@@ -5,8 +5,7 @@ generation 0 restores the grub files."""
 
 from __future__ import annotations
 
-from lab_support import recap, run_playbook
-from test_already_configured import audit_findings
+from lab_support import audit_findings, recap, run_playbook
 
 PROFILE = "a6000-ubuntu-vt-handoff"
 GRUB_FILES = "md5sum /etc/default/grub /etc/default/grub.d/*.cfg 2>/dev/null; true"
