@@ -53,35 +53,3 @@ def audit_findings(spec, report_dir: Path) -> list[str]:
     assert done.returncode in (0, 1), done.stdout + done.stderr
     [node] = json.loads((report_dir / "fleet.json").read_text())["nodes"]
     return sorted(finding["code"] for finding in node["findings"])
-
-
-def rollback_to_zero(spec) -> None:
-    """playbooks/rollback.yml to generation 0: the node as before the toolkit touched it."""
-    done = run_playbook(
-        "playbooks/rollback.yml", spec.name, "-e", "rollback_confirm=true", "-e", "rollback_to=0"
-    )
-    assert done.rc == 0, done.stdout[-4000:]
-
-
-# Every running lingbot@ instance of a node (argv, numactl request, CUDA environment) and
-# the plan in force, as one JSON document (BootedLab.python).
-RUNNING = r"""
-import json, subprocess
-units = subprocess.run(["systemctl", "list-units", "lingbot@*", "--no-legend", "--plain",
-                        "--state=running"], capture_output=True, text=True).stdout.split()
-out = {}
-for unit in [u for u in units if u.startswith("lingbot@")]:
-    pid = subprocess.run(["systemctl", "show", "-p", "MainPID", "--value", unit],
-                         capture_output=True, text=True).stdout.strip()
-    env = dict(line.split("=", 1) for line in
-               open(f"/proc/{pid}/environ").read().split("\0") if "=" in line)
-    argv = open(f"/proc/{pid}/cmdline").read().split("\0")
-    out[unit] = {"argv": argv, "numactl": env.get("LINGBOT_LAB_NUMACTL_REQUEST"),
-                 "visible": env.get("CUDA_VISIBLE_DEVICES"), "order": env.get("CUDA_DEVICE_ORDER")}
-out["plan"] = json.load(open("/etc/lingbot/plan.json"))
-print(json.dumps(out))
-"""
-
-
-def argument(argv: list[str], option: str) -> str:
-    return argv[argv.index(option) + 1]

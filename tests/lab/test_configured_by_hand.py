@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from lab_support import audit_findings, recap, rollback_to_zero, run_playbook
+from lab_support import audit_findings, recap, run_playbook
 
 PROFILE = "a6000-already-configured"
 BOOT_FILES = (
@@ -36,5 +36,8 @@ def test_parameters_already_set_are_satisfied_and_nothing_boots_again(booted_lab
     # The audit agrees: nothing about the kernel, no reboot pending.
     codes = audit_findings(spec, tmp_path)
     assert not [code for code in codes if code.startswith(("KERNEL_", "REBOOT_"))], codes
-    rollback_to_zero(spec)
+    done = run_playbook(
+        "playbooks/rollback.yml", spec.name, "-e", "rollback_confirm=true", "-e", "rollback_to=0"
+    )
+    assert done.rc == 0, done.stdout[-4000:]
     assert booted_lab.run(spec, BOOT_FILES).stdout == boot_files

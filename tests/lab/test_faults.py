@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from lab_support import ANSIBLE_ENV, recap, rollback_to_zero, run_playbook
+from lab_support import ANSIBLE_ENV, recap, run_playbook
 
 from lingbot_fleet.lab import layout
 
@@ -31,12 +31,19 @@ def fault_nodes(booted_lab, profile: str):
     return booted_lab.nodes(profile)[-1]
 
 
+def rollback_to_zero(spec, booted_lab) -> None:
+    done = run_playbook(
+        "playbooks/rollback.yml", spec.name, "-e", "rollback_confirm=true", "-e", "rollback_to=0"
+    )
+    assert done.rc == 0, done.stdout[-4000:]
+
+
 def pristine(spec, booted_lab) -> str:
     """The node as before the toolkit touched it (rolled back to 0 if it has generations),
     as the md5 of every file the toolkit may change."""
     listing = booted_lab.run(spec, "ls /var/lib/lingbot-fleet/generations 2>/dev/null", check=False)
     if listing.stdout.split():
-        rollback_to_zero(spec)
+        rollback_to_zero(spec, booted_lab)
     assert not has_open_generation(booted_lab, spec)
     return booted_lab.run(spec, TOOLKIT_FILES).stdout
 
@@ -117,7 +124,7 @@ def test_a_node_that_never_comes_back_stops_the_rolling_reboot(booted_lab):
         booted_lab.inside(lost, "systemctl unmask ssh.service && systemctl start ssh.service")
     wait_for(lambda: booted_lab.lab.ssh_ok(lost), 60, f"{lost.name} answering SSH again")
     for spec in order:
-        rollback_to_zero(spec)
+        rollback_to_zero(spec, booted_lab)
 
 
 def test_a_killed_provision_run_is_finished_by_the_next_and_nothing_is_lost(booted_lab):
@@ -140,7 +147,7 @@ def test_a_killed_provision_run_is_finished_by_the_next_and_nothing_is_lost(boot
     assert recap(converged, spec.name)["changed"] == 0, converged.changed_tasks(spec.name)
     assert not has_open_generation(booted_lab, spec)
 
-    rollback_to_zero(spec)
+    rollback_to_zero(spec, booted_lab)
     assert booted_lab.run(spec, TOOLKIT_FILES).stdout == original
 
 
@@ -163,7 +170,7 @@ def test_a_killed_rollback_is_finished_by_the_next_and_nothing_is_lost(booted_la
     os.killpg(killed.pid, signal.SIGKILL)
     killed.wait(timeout=30)
     # rollback_to is idempotent: whatever the killed run got done, this one finishes it.
-    rollback_to_zero(spec)
+    rollback_to_zero(spec, booted_lab)
     assert booted_lab.run(spec, TOOLKIT_FILES).stdout == original
     assert not has_open_generation(booted_lab, spec)
 
@@ -195,7 +202,7 @@ def test_two_runs_at_once_on_one_node_one_refuses_and_nothing_is_lost(booted_lab
     after = run_playbook("site.yml", spec.name)
     assert after.rc == 0, after.stdout[-4000:]
     assert recap(run_playbook("site.yml", spec.name), spec.name)["changed"] == 0
-    rollback_to_zero(spec)
+    rollback_to_zero(spec, booted_lab)
     assert booted_lab.run(spec, TOOLKIT_FILES).stdout == original
 
 
@@ -224,7 +231,7 @@ def test_update_grub_failing_once_is_converged_by_the_next_run(booted_lab):
         assert recap(run_playbook("site.yml", spec.name), spec.name)["changed"] == 0
     finally:
         booted_lab.run(spec, f"mv {real}.real {real}")
-    rollback_to_zero(spec)
+    rollback_to_zero(spec, booted_lab)
     assert booted_lab.run(spec, TOOLKIT_FILES).stdout == original
 
 
@@ -299,7 +306,7 @@ def test_a_node_lost_in_the_middle_of_a_rollout_stops_it_and_nothing_is_lost(boo
     assert again.rc == 0, again.stdout[-4000:]
     assert not has_open_generation(booted_lab, lost)
     for spec in specs:
-        rollback_to_zero(spec)
+        rollback_to_zero(spec, booted_lab)
         assert booted_lab.run(spec, TOOLKIT_FILES).stdout == original[spec.name], spec.name
 
 

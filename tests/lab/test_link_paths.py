@@ -3,11 +3,18 @@ of x16 halves the host bandwidth of both GPUs behind it, whose own links are hea
 
 from __future__ import annotations
 
-from lab_support import rollback_to_zero, run_playbook
+from lab_support import run_playbook
 
 PROFILE = "pcie-switch-narrow-uplink"
 UPLINK = "0000:41:00.0"  # the switch's upstream port; its link partner is root port 40:01.1
 GPUS = ("0000:43:00.0", "0000:44:00.0")
+
+
+def rollback_to_zero(spec) -> None:
+    done = run_playbook(
+        "playbooks/rollback.yml", spec.name, "-e", "rollback_confirm=true", "-e", "rollback_to=0"
+    )
+    assert done.rc == 0, done.stdout[-4000:]
 
 
 def test_a_narrow_switch_uplink_is_named_and_its_halved_bandwidth_found(booted_lab):

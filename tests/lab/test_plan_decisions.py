@@ -5,7 +5,27 @@ probe changes nothing."""
 
 from __future__ import annotations
 
-from lab_support import RUNNING, argument, recap, run_playbook
+from lab_support import recap, run_playbook
+
+RUNNING = r"""
+import json, subprocess
+units = subprocess.run(["systemctl", "list-units", "lingbot@*", "--no-legend", "--plain",
+                        "--state=running"], capture_output=True, text=True).stdout.split()
+out = {}
+for unit in [u for u in units if u.startswith("lingbot@")]:
+    pid = subprocess.run(["systemctl", "show", "-p", "MainPID", "--value", unit],
+                         capture_output=True, text=True).stdout.strip()
+    env = dict(line.split("=", 1) for line in
+               open(f"/proc/{pid}/environ").read().split("\0") if "=" in line)
+    argv = open(f"/proc/{pid}/cmdline").read().split("\0")
+    out[unit] = {"argv": argv, "numactl": env.get("LINGBOT_LAB_NUMACTL_REQUEST")}
+out["plan"] = json.load(open("/etc/lingbot/plan.json"))
+print(json.dumps(out))
+"""
+
+
+def _argument(argv: list[str], option: str) -> str:
+    return argv[argv.index(option) + 1]
 
 
 def test_every_gpu_serves_and_layers_spread_and_a_new_probe_changes_nothing(booted_lab):
@@ -31,7 +51,7 @@ def test_every_gpu_serves_and_layers_spread_and_a_new_probe_changes_nothing(boot
         ([1], "--cpunodebind=1 --membind=1"),
     ]
     for name in instances:
-        assert argument(running[f"lingbot@{name}.service"]["argv"], "--gpus") == "0"
+        assert _argument(running[f"lingbot@{name}.service"]["argv"], "--gpus") == "0"
 
     two = booted_lab.python(phb, RUNNING)
     [instance] = two["plan"]["instances"]

@@ -6,10 +6,30 @@ from __future__ import annotations
 
 import json
 
-from lab_support import RUNNING, argument, recap, run_playbook
+from lab_support import recap, run_playbook
 
 NODES = ("a6000-phb", "a6000-chipset", "h100-sxm-nvswitch", "a6000-iommu-acs", "a6000-dual-socket")
 TOOLKIT_FILES = "find /etc/lingbot /etc/systemd/system -type f 2>/dev/null | sort | xargs -r md5sum"
+RUNNING = r"""
+import json, subprocess
+units = subprocess.run(["systemctl", "list-units", "lingbot@*", "--no-legend", "--plain",
+                        "--state=running"], capture_output=True, text=True).stdout.split()
+out = {}
+for unit in [u for u in units if u.startswith("lingbot@")]:
+    pid = subprocess.run(["systemctl", "show", "-p", "MainPID", "--value", unit],
+                         capture_output=True, text=True).stdout.strip()
+    env = dict(line.split("=", 1) for line in
+               open(f"/proc/{pid}/environ").read().split("\0") if "=" in line)
+    argv = open(f"/proc/{pid}/cmdline").read().split("\0")
+    out[unit] = {"argv": argv, "numactl": env.get("LINGBOT_LAB_NUMACTL_REQUEST"),
+                 "visible": env.get("CUDA_VISIBLE_DEVICES"), "order": env.get("CUDA_DEVICE_ORDER")}
+out["plan"] = json.load(open("/etc/lingbot/plan.json"))
+print(json.dumps(out))
+"""
+
+
+def _argument(argv: list[str], option: str) -> str:
+    return argv[argv.index(option) + 1]
 
 
 def test_planned_instances_run_bound_and_ordered(booted_lab):
@@ -21,7 +41,7 @@ def test_planned_instances_run_bound_and_ordered(booted_lab):
     phb = booted_lab.python(specs[0], RUNNING)
     main = phb["lingbot@main.service"]
     instance = phb["plan"]["instances"][0]
-    assert argument(main["argv"], "--gpus") == "0,1"
+    assert _argument(main["argv"], "--gpus") == "0,1"
     assert main["numactl"] == "--cpunodebind=0 --membind=0"
     assert main["order"] == "PCI_BUS_ID"
     assert main["visible"] == ",".join(instance["gpu_uuids"])
@@ -33,7 +53,7 @@ def test_planned_instances_run_bound_and_ordered(booted_lab):
         "lingbot@numa0-1.service",
         "lingbot@numa0-2.service",
     ]
-    assert [argument(chipset[u]["argv"], "--gpus") for u in sorted(chipset) if u != "plan"] == [
+    assert [_argument(chipset[u]["argv"], "--gpus") for u in sorted(chipset) if u != "plan"] == [
         "0",
         "0",
     ]
@@ -56,7 +76,7 @@ def test_planned_instances_run_bound_and_ordered(booted_lab):
     ]
     assert split["lingbot@numa0.service"]["numactl"] == "--cpunodebind=0 --membind=0"
     assert split["lingbot@numa1.service"]["numactl"] == "--cpunodebind=1 --membind=1"
-    assert argument(split["lingbot@numa1.service"]["argv"], "--gpus") == "0"
+    assert _argument(split["lingbot@numa1.service"]["argv"], "--gpus") == "0"
     assert "NUMA" in split["plan"]["instances"][0]["reasons"]["gpus"]
 
     h100 = booted_lab.python(specs[2], RUNNING)
@@ -65,7 +85,7 @@ def test_planned_instances_run_bound_and_ordered(booted_lab):
         "lingbot@numa1.service",
     ]
     assert h100["lingbot@numa1.service"]["numactl"] == "--cpunodebind=1 --membind=1"
-    assert argument(h100["lingbot@numa1.service"]["argv"], "--gpus") == "0,1,2,3"
+    assert _argument(h100["lingbot@numa1.service"]["argv"], "--gpus") == "0,1,2,3"
     port = h100["plan"]["instances"][1]["port"]
     metrics = booted_lab.run(specs[2], f"curl -sf http://127.0.0.1:{port}/metrics").stdout
     assert 'lingbot_balancer_weight{gpu="gpu:3"}' in metrics

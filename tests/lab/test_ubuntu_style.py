@@ -5,7 +5,7 @@ generation 0 restores the grub files."""
 
 from __future__ import annotations
 
-from lab_support import audit_findings, recap, rollback_to_zero, run_playbook
+from lab_support import audit_findings, recap, run_playbook
 
 PROFILE = "a6000-ubuntu-vt-handoff"
 GRUB_FILES = "md5sum /etc/default/grub /etc/default/grub.d/*.cfg 2>/dev/null; true"
@@ -40,5 +40,8 @@ def test_ubuntu_node_is_fixed_rebooted_once_and_then_left_alone(booted_lab, tmp_
     codes = audit_findings(spec, tmp_path)
     assert not [code for code in codes if code.startswith(("KERNEL_", "REBOOT_"))], codes
 
-    rollback_to_zero(spec)
+    rolled = run_playbook(
+        "playbooks/rollback.yml", spec.name, "-e", "rollback_confirm=true", "-e", "rollback_to=0"
+    )
+    assert rolled.rc == 0, rolled.stdout[-4000:]
     assert booted_lab.run(spec, GRUB_FILES).stdout == grub_before
