@@ -6,7 +6,8 @@ for the node (``lingbot_fleet.probe.controller_reuse``: the module's own reuse r
 the same facts, save directory and figure parameters), the task returns what the module
 returns then, without a connection. Otherwise, or when anything only the node can tell
 matters, the module runs as it would without this plugin; a result it saves becomes the
-new ``lingbot_saved_probe``, so a later probe task of the play decides on it.
+new ``lingbot_saved_probe``, so a later probe task of the play decides on it. What the
+probe could not measure is returned as warnings (``lingbot_fleet.probe.probe_problems``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from lingbot_fleet.probe import (
     PROBE_ARGUMENT_SPEC,
     SAVED_PROBE_FACT_NAME,
     controller_reuse,
+    probe_problems,
     reused_result,
 )
 
@@ -52,6 +54,16 @@ class ActionModule(ActionBase):
         return reused_result(saved_fact["probe"], reason) if reason else None
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = self.measure(tmp, task_vars)
+        problems = probe_problems(result.get("probe"))
+        if problems:
+            host = (task_vars or {}).get("inventory_hostname", "this host")
+            result.setdefault("warnings", []).append(
+                f"{host}: the probe could not measure: " + "; ".join(problems)
+            )
+        return result
+
+    def measure(self, tmp: Any, task_vars: dict[str, Any] | None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         del tmp
         answer = self.controller_answer(task_vars or {})

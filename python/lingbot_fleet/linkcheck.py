@@ -1016,11 +1016,42 @@ def probe_gpu_findings(
 FAIL_ON_CHOICES = ("info", "warning", "error", "critical", "never")
 
 
+# How a load sample is taken (gpu_link_load's options, and gpu_link_check's ``sample``).
+SAMPLE_ARGUMENT_SPEC = {
+    "duration_s": {"type": "float", "default": 1.0},
+    "size_mib": {"type": "int", "default": 64},
+    "cuda_library": {"type": "str", "default": "libcuda.so.1"},
+    "use_nvml": {"type": "bool", "default": True},
+    "nvml_python_path": {"type": "list", "elements": "str", "default": []},
+    "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+}
+
+
+def sample_decision(params: Mapping[str, Any]) -> tuple[bool, str | None]:
+    """For gpu_link_check's options (JUDGE_ARGUMENT_SPEC, validated): whether to take a
+    load sample first, and the note that says why or why not (None without ``sample``)."""
+    if params["sample"] is None or params["load"] is not None:
+        return False, None
+    if params["probe"] is None:
+        return True, "load sampled: no probe result to take the readings from"
+    problem = probe_readings_problem(
+        params["probe"],
+        params["facts"],
+        max_age_s=params["probe_max_age_s"],
+        min_load_s=params["load_min_s"],
+    )
+    if problem is not None:
+        return True, f"load sampled: {problem}"
+    stamp = params["probe"].get("timestamp")
+    return False, f"the readings of the probe of {stamp} stand: no load sample taken"
+
+
 # The options of the gpu_link_check module and of its action plugin (the same judgement,
 # on the node or on the controller).
 JUDGE_ARGUMENT_SPEC = {
     "facts": {"type": "dict", "required": True},
     "load": {"type": "dict"},
+    "sample": {"type": "dict", "options": SAMPLE_ARGUMENT_SPEC},
     "probe": {"type": "dict"},
     "expected_links": {"type": "dict", "default": {}},
     "expected_link_default": {"type": "dict", "default": {}},

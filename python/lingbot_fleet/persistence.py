@@ -223,6 +223,197 @@ def running_with_flag(pid: int, root: str = "/") -> bool:
     return NO_PERSISTENCE_FLAG.encode() in argv
 
 
+# --- bringing the unit and nvidia-uvm into line ---------------------------------------
+#
+# One owner for what the role nvidia_persistence changes: its module runs these with a
+# NodeChanges that writes; gpu_facts runs them with a check-mode NodeChanges, so the facts
+# say what the module would do (``assess``), and a node that needs nothing costs the role
+# no connection (plugins/action/nvidia_persistence.py).
+
+UVM_MODULES_LOAD = "/etc/modules-load.d/lingbot-fleet-nvidia-uvm.conf"
+UVM_MODULES_LOAD_TEXT = (
+    "# Managed by lingbot-fleet (role nvidia_persistence): CUDA's nvidia-uvm at every boot,\n"
+    "# before the hardened LingBot units start (they cannot load kernel modules).\n"
+    "nvidia-uvm\n"
+)
+# The fact gpu_facts sets when asked to assess the unit (``assess``).
+STATE_FACT_NAME = "lingbot_persistence_state"
+
+
+def _read_text(changes: Any, path: str) -> str | None:
+    data = changes.read(path)
+    return data.decode("utf-8", errors="replace") if data is not None else None
+
+
+def dropin_path_of(dropin_dir: str) -> str:
+    return f"{dropin_dir.rstrip('/')}/{DROPIN_NAME}"
+
+
+def load_uvm_at_boot(changes: Any, modprobe: str | None, result: dict[str, Any]) -> None:
+    """nvidia-uvm loaded at every boot (modules-load.d) and now, when the driver is.
+
+    CUDA needs nvidia-uvm; the driver usually loads it on demand through the setuid
+    nvidia-modprobe, which the hardened units (NoNewPrivileges, ProtectKernelModules) do
+    not allow, so the module must already be there when LingBot starts.
+    """
+    changes.write_file(UVM_MODULES_LOAD, UVM_MODULES_LOAD_TEXT, mode=0o644)
+    loaded = os.path.isdir(changes.real("/sys/module/nvidia_uvm"))
+    if loaded or not os.path.isdir(changes.real("/sys/module/nvidia")):
+        if not loaded:
+            result["notes"].append("nvidia-uvm: the NVIDIA kernel driver is not loaded here")
+        return
+    changes.run([modprobe or "modprobe", "nvidia-uvm"], "load nvidia-uvm (modprobe nvidia-uvm)")
+
+
+def converge_unit(
+    changes: Any,
+    state: UnitState,
+    *,
+    dropin_dir: str,
+    systemctl: str,
+    root: str,
+    result: dict[str, Any],
+) -> bool:
+    """Drop-in, reload, enable, start or restart (through ``changes``, a NodeChanges);
+    True when the daemon was (or, in check mode, would be) started or restarted."""
+    unit = state.name
+    dropin_path = dropin_path_of(dropin_dir)
+    plan = plan_unit(state, dropin_path, lambda path: _read_text(changes, path))
+    result.update(
+        fragment_path=state.fragment_path,
+        no_persistence_mode=plan.no_persistence_mode,
+        exec_start=plan.exec_start_after,
+        dropin={"path": dropin_path, "state": "present" if plan.dropin else "absent"},
+    )
+    if plan.dropin is not None:
+        dropin_changed = changes.write_file(dropin_path, plan.dropin, mode=0o644)
+    else:
+        dropin_changed = changes.remove_file(dropin_path)
+        if dropin_changed:
+            changes.remove_empty_dir(dropin_dir)
+    if dropin_changed or state.need_daemon_reload:
+        changes.run([systemctl, "daemon-reload"], "run systemctl daemon-reload")
+    if not state.enabled:
+        changes.enable_unit(systemctl, unit)
+    stale = plan.exec_start_before != plan.exec_start_after or (
+        running_with_flag(state.main_pid, root) and not has_flag(plan.exec_start_after)
+    )
+    if not state.active:
+        changes.run([systemctl, "start", unit], f"start {unit}")
+        return True
+    if stale:
+        changes.run([systemctl, "restart", unit], f"restart {unit} with its new ExecStart")
+        return True
+    return False
+
+
+def assess(
+    changes: Any,
+    show: dict[str, str],
+    *,
+    unit: str,
+    dropin_dir: str,
+    uvm_at_boot: bool,
+    systemctl: str,
+    modprobe: str | None,
+    root: str,
+    now_s: float,
+) -> dict[str, Any]:
+    """What the module would do on this node, with these options (``changes`` must be in
+    check mode): the options, ``pending`` (its actions, one sentence each) and what it
+    would report, or ``error`` when it would fail."""
+    from .nodefiles import NodeFileError  # noqa: PLC0415 (nodefiles imports more)
+
+    assessment: dict[str, Any] = {
+        "unit": unit,
+        "dropin_dir": dropin_dir,
+        "uvm_at_boot": uvm_at_boot,
+        "root": root,
+        "read_at_s": now_s,
+        "error": None,
+        "notes": [],
+    }
+    try:
+        if uvm_at_boot:
+            load_uvm_at_boot(changes, modprobe, assessment)
+        converge_unit(
+            changes,
+            unit_state(unit, show),
+            dropin_dir=dropin_dir,
+            systemctl=systemctl,
+            root=root,
+            result=assessment,
+        )
+    except (PersistenceError, NodeFileError, OSError, ValueError) as error:
+        assessment["error"] = str(error)
+    assessment["pending"] = list(changes.actions)
+    return assessment
+
+
+# How old gpu_facts' assessment may be for the controller to answer from it; a node whose
+# clock is off by more than this pays for the module call instead.
+ASSESSMENT_MAX_AGE_S = 300.0
+
+
+def controller_answer(
+    options: dict[str, Any],
+    assessment: dict[str, Any] | None,
+    facts: dict[str, Any] | None,
+    now_s: float,
+) -> dict[str, Any] | None:
+    """The module's result, without a call, when gpu_facts' ``assessment`` (made with
+    these ``options``) says it would change nothing and the ``facts`` read in that call
+    show persistence mode on for every GPU; None when only the module can tell."""
+    if not isinstance(assessment, dict) or not isinstance(facts, dict):
+        return None
+    same_options = all(
+        assessment.get(key) == options.get(key)
+        for key in ("unit", "dropin_dir", "uvm_at_boot", "root")
+    )
+    read_at_s = assessment.get("read_at_s")
+    if (
+        not same_options
+        or assessment.get("error")
+        or assessment.get("pending") != []
+        or not isinstance(read_at_s, (int, float))
+        or abs(now_s - read_at_s) > ASSESSMENT_MAX_AGE_S
+    ):
+        return None
+    gpus = [
+        {key: gpu.get(key) for key in ("index", "bus_id", "lost", "persistence_mode")}
+        for gpu in facts.get("gpus") or []
+        if isinstance(gpu, dict)
+    ]
+    verify = bool(options.get("verify", True))
+    if verify and (
+        not gpus or any(gpu["lost"] or gpu["persistence_mode"] is not True for gpu in gpus)
+    ):
+        return None
+    source = (facts.get("sources") or {}).get("gpu_state")
+    return {
+        "changed": False,
+        "actions": [],
+        "changed_paths": [],
+        "diff": [],
+        "fragment_path": assessment.get("fragment_path"),
+        "no_persistence_mode": assessment.get("no_persistence_mode"),
+        "exec_start": assessment.get("exec_start"),
+        "dropin": assessment.get("dropin"),
+        "restarted": False,
+        "verified": verify,
+        "source": source if verify else None,
+        "reads": 0,
+        "gpus": gpus if verify else [],
+        "lost_gpus": [],
+        "notes": [
+            *assessment.get("notes", []),
+            "nothing to change: read by gpu_facts in this run (unit, drop-in, nvidia-uvm"
+            + (", persistence mode of every GPU" if verify else "")
+            + "), no module call",
+        ],
+    }
+
+
 # --- the GPUs ------------------------------------------------------------------------
 
 

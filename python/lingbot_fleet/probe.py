@@ -1017,6 +1017,20 @@ def options_parameters(
     return (None, problems) if problems else (parameters, [])
 
 
+def probe_problems(probe: Mapping[str, Any] | None) -> list[str]:
+    """Everything a probe document could not measure: probe-wide errors, then GPUs, then pairs."""
+    if not isinstance(probe, Mapping):
+        return []
+    problems = [str(error) for error in probe.get("errors") or []]
+    for key in ("gpus", "pairs"):
+        problems += [
+            str(entry["error"])
+            for entry in probe.get(key) or []
+            if isinstance(entry, Mapping) and entry.get("error")
+        ]
+    return problems
+
+
 def reused_result(probe: dict[str, Any], reason: str) -> dict[str, Any]:
     """What p2p_probe returns when the saved probe stands for the node."""
     return {

@@ -274,40 +274,57 @@ def probe_of(node: LabNode, timestamp: str, load_s: float = 0.52) -> dict[str, A
     return {"schema_version": 1, "timestamp": timestamp, "gpus": gpus, "pairs": []}
 
 
-def test_gpu_link_load_uses_a_fresh_probe_and_loads_after_a_stale_one(
-    tmp_path: Path, lab_env: Any
+def sample_note(module: str, result: dict[str, Any]) -> str:
+    return result["msg"] if module == "gpu_link_load" else result["load_note"]
+
+
+# gpu_link_load on its own, and gpu_link_check, the role's one task, which takes the sample
+# itself (gpu_link_load on the node) only when the probe's readings do not stand in.
+@pytest.mark.parametrize("module", ["gpu_link_load", "gpu_link_check"])
+def test_a_load_sample_is_taken_only_when_the_probe_does_not_stand(
+    module: str, tmp_path: Path, lab_env: Any
 ) -> None:
     node = boot_lab_node(load_profile("a6000-idle-gen1"), tmp_path)
     lab_env(node)
     facts = gather_facts(node.root, nvml="off", smi_command=[sys.executable, str(LAB_SMI)])
     busy = node.lab_root / "run" / "lingbot-lab" / "busy"
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    args = {
-        "facts": facts,
+    sample = {
         "cuda_library": str(cuda_library()),
         "nvidia_smi": str(LAB_SMI),
         "use_nvml": False,
         "duration_s": 0.6,
         "size_mib": 1,
     }
-    fresh = run_module(
-        node, "gpu_link_load", {**args, "probe": probe_of(node, now)}, True, tmp_path / "t1"
-    )
+    if module == "gpu_link_load":
+        args, check = {"facts": facts, **sample}, True
+    else:
+        args, check = {"facts": facts, "sample": sample, "fail_on": "never"}, False
+    fresh = run_module(node, module, {**args, "probe": probe_of(node, now)}, check, tmp_path / "t1")
     assert fresh["ansible_rc"] == 0, fresh.get("msg")
     assert fresh["load"] is None
-    assert fresh["msg"] == f"the readings of the probe of {now} stand: no load sample taken"
+    assert sample_note(module, fresh) == (
+        f"the readings of the probe of {now} stand: no load sample taken"
+    )
     assert not list(busy.glob("*"))
     day_old = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 86400))
-    stale = run_module(
-        node, "gpu_link_load", {**args, "probe": probe_of(node, day_old)}, True, tmp_path / "t2"
-    )
+    stale_probe = probe_of(node, day_old)
+    stale = run_module(node, module, {**args, "probe": stale_probe}, check, tmp_path / "t2")
     assert stale["ansible_rc"] == 0, stale.get("msg")
-    assert stale["msg"].startswith(f"load sampled: the probe of {day_old} is 864")
+    assert sample_note(module, stale).startswith(f"load sampled: the probe of {day_old} is 864")
     assert [gpu["reading"]["gen"] for gpu in stale["load"]["gpus"]] == [4, 4]
     short = probe_of(node, now, load_s=0.02)
-    taken = run_module(node, "gpu_link_load", {**args, "probe": short}, True, tmp_path / "t3")
-    assert taken["msg"].startswith("load sampled: the probe's reading of GPU 0 does not count")
+    taken = run_module(node, module, {**args, "probe": short}, check, tmp_path / "t3")
+    assert sample_note(module, taken).startswith(
+        "load sampled: the probe's reading of GPU 0 does not count"
+    )
     assert taken["load"]["possible"] is True
+    if module == "gpu_link_check":
+        # The sample is what was judged: an idle Gen1 GPU at Gen4 under load is no finding.
+        assert not [f for f in stale["findings"] if f["code"].startswith("PCIE_GEN")]
+        alone = {"facts": facts, "fail_on": "never"}
+        without = run_module(node, module, alone, check, tmp_path / "t4")
+        assert (without["load"], without["load_note"]) == (None, None)
 
 
 def test_the_judge_uses_a_probe_reading_only_while_fresh(idle_gen1_node: LabNode) -> None:

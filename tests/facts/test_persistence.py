@@ -475,3 +475,124 @@ def test_nvidia_uvm_is_loaded_at_every_boot(fake_node: FakeNode) -> None:
     assert "nvidia-uvm: the NVIDIA kernel driver is not loaded here" in first["notes"]
     again = fake_node.run(uvm_at_boot=True)
     assert (again["changed"], again["actions"]) == (False, [])
+
+
+# --- gpu_facts' assessment and the controller's answer from it -----------------------
+
+
+def assessment_of(fake_node: FakeNode, **options: Any) -> dict[str, Any]:
+    """What gpu_facts reports for the fake node: the module's own steps in check mode."""
+    from lingbot_fleet.nodefiles import NodeChanges
+
+    env = {**os.environ, "FAKE_SYSTEMCTL_STATE": str(fake_node.state_path)}
+    shown = subprocess.run(
+        [str(NODE_PYTHON), str(fake_node.systemctl), "show", "nvidia-persistenced.service"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    ).stdout
+    return persistence.assess(
+        NodeChanges(check_mode=True, root=str(fake_node.root)),
+        persistence.parse_show(shown),
+        unit="nvidia-persistenced.service",
+        dropin_dir=options.get("dropin_dir", DROPIN_DIR),
+        uvm_at_boot=options.get("uvm_at_boot", False),
+        systemctl=str(fake_node.systemctl),
+        modprobe=None,
+        root=str(fake_node.root),
+        now_s=1000.0,
+    )
+
+
+def test_the_assessment_is_what_the_module_would_do(fake_node: FakeNode) -> None:
+    state = fake_node.state
+    fake_node.write_state({**state, "active_state": "active", "unit_file_state": "enabled"})
+    before = assessment_of(fake_node)
+    check = fake_node.run(check=True)
+    assert before["pending"] == check["actions"]
+    assert before["pending"] and before["error"] is None
+    assert not fake_node.dropin().exists(), "the assessment wrote nothing"
+
+    assert fake_node.run()["ansible_rc"] == 0
+    after = assessment_of(fake_node)
+    assert (after["pending"], after["error"]) == ([], None)
+    assert after["exec_start"] == DAEMON
+    assert after["dropin"] == {"path": DROPIN, "state": "present"}
+    assert fake_node.run(check=True)["actions"] == []
+
+    # The modules-load.d file is part of it when the role keeps nvidia-uvm at boot.
+    with_uvm = assessment_of(fake_node, uvm_at_boot=True)
+    assert with_uvm["pending"] == [f"would create {persistence.UVM_MODULES_LOAD}"]
+
+
+def test_a_broken_unit_is_an_assessment_error_not_an_answer(fake_node: FakeNode) -> None:
+    (fake_node.root / FRAGMENT.lstrip("/")).write_text("[Service]\nType=forking\n")
+    assessment = assessment_of(fake_node)
+    assert "has no ExecStart" in assessment["error"]
+    assert persistence.controller_answer(OPTIONS, assessment, FACTS_ALL_ON, 1000.0) is None
+
+
+OPTIONS = {
+    "unit": "nvidia-persistenced.service",
+    "dropin_dir": DROPIN_DIR,
+    "verify": True,
+    "uvm_at_boot": True,
+    "root": "/",
+}
+ASSESSED = {
+    "unit": "nvidia-persistenced.service",
+    "dropin_dir": DROPIN_DIR,
+    "uvm_at_boot": True,
+    "root": "/",
+    "read_at_s": 1000.0,
+    "error": None,
+    "notes": [],
+    "pending": [],
+    "fragment_path": FRAGMENT,
+    "exec_start": DAEMON,
+    "no_persistence_mode": False,
+    "dropin": {"path": DROPIN, "state": "absent"},
+}
+FACTS_ALL_ON = {
+    "sources": {"gpu_state": "nvml"},
+    "gpus": [
+        {"index": 0, "bus_id": "0000:17:00.0", "lost": False, "persistence_mode": True},
+        {"index": 1, "bus_id": "0000:65:00.0", "lost": False, "persistence_mode": True},
+    ],
+}
+
+
+def test_the_controller_answers_only_for_a_node_that_needs_nothing() -> None:
+    answer = persistence.controller_answer(OPTIONS, ASSESSED, FACTS_ALL_ON, 1010.0)
+    assert answer is not None
+    assert (answer["changed"], answer["actions"], answer["restarted"]) == (False, [], False)
+    assert (answer["verified"], answer["source"], answer["exec_start"]) == (True, "nvml", DAEMON)
+    assert [gpu["bus_id"] for gpu in answer["gpus"]] == ["0000:17:00.0", "0000:65:00.0"]
+
+    gpu_off = {**FACTS_ALL_ON, "gpus": [{**FACTS_ALL_ON["gpus"][0], "persistence_mode": False}]}
+    gpu_lost = {**FACTS_ALL_ON, "gpus": [{**FACTS_ALL_ON["gpus"][0], "lost": True}]}
+    refused = {
+        "something to do": (OPTIONS, {**ASSESSED, "pending": ["would start x"]}, FACTS_ALL_ON),
+        "an error": (OPTIONS, {**ASSESSED, "error": "unit x is masked"}, FACTS_ALL_ON),
+        "other options": ({**OPTIONS, "dropin_dir": "/etc/other.d"}, ASSESSED, FACTS_ALL_ON),
+        "uvm asked, not assessed": (OPTIONS, {**ASSESSED, "uvm_at_boot": False}, FACTS_ALL_ON),
+        "a GPU off": (OPTIONS, ASSESSED, gpu_off),
+        "a GPU lost": (OPTIONS, ASSESSED, gpu_lost),
+        "no GPU": (OPTIONS, ASSESSED, {**FACTS_ALL_ON, "gpus": []}),
+        "no assessment": (OPTIONS, None, FACTS_ALL_ON),
+        "no facts": (OPTIONS, ASSESSED, None),
+        "pending not a list": (OPTIONS, {**ASSESSED, "pending": None}, FACTS_ALL_ON),
+    }
+    for why, (options, assessment, facts) in refused.items():
+        assert persistence.controller_answer(options, assessment, facts, 1010.0) is None, why
+    stale_s = 1000.0 + persistence.ASSESSMENT_MAX_AGE_S + 1
+    assert persistence.controller_answer(OPTIONS, ASSESSED, FACTS_ALL_ON, stale_s) is None
+    assert persistence.controller_answer(OPTIONS, ASSESSED, FACTS_ALL_ON, 0.0) is None
+
+    # Without verification the GPUs do not matter, and none are reported.
+    unverified = persistence.controller_answer(
+        {**OPTIONS, "verify": False}, ASSESSED, gpu_off, 1010.0
+    )
+    assert unverified is not None
+    assert (unverified["verified"], unverified["gpus"]) == (False, [])

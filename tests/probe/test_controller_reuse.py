@@ -21,6 +21,7 @@ from lingbot_fleet.probe import (
     SAVED_PROBE_FACT_NAME,
     ProbeParameters,
     controller_reuse,
+    probe_problems,
     save_probe,
     saved_probe_fact,
 )
@@ -262,3 +263,18 @@ def test_a_probe_the_module_saves_becomes_the_saved_probe_fact() -> None:
 def test_without_the_fact_the_module_runs() -> None:
     result, calls = run_action(ROLE_ARGS, {})
     assert (len(calls), result) == (1, MEASURED)
+
+
+def test_the_problems_of_a_probe_are_its_errors_then_gpus_then_pairs() -> None:
+    probe = {
+        "errors": ["time budget reached"],
+        "gpus": [{"index": 0, "error": None}, {"index": 1, "error": "GPU 1: context lost"}],
+        "pairs": [{"src": 0, "dst": 1, "error": "0->1: CUDA_ERROR_ILLEGAL_ADDRESS"}, {"src": 1}],
+    }
+    assert probe_problems(probe) == [
+        "time budget reached",
+        "GPU 1: context lost",
+        "0->1: CUDA_ERROR_ILLEGAL_ADDRESS",
+    ]
+    assert probe_problems({"errors": [], "gpus": [], "pairs": []}) == []
+    assert probe_problems(None) == []

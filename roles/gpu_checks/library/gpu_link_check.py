@@ -24,6 +24,40 @@ options:
   load:
     description: The C(load) result of gpu_link_load.
     type: dict
+  sample:
+    description:
+      - Without I(load), take a load sample first (as gpu_link_load does, with these of its
+        options) unless the readings of I(probe) stand in for one (younger than
+        I(probe_max_age_s), every GPU read after I(load_min_s) of sustained copies in P0).
+      - The role's action plugin decides that on the controller and runs gpu_link_load
+        only when the sample is needed, so a fresh probe costs no connection.
+    type: dict
+    suboptions:
+      duration_s:
+        description: Seconds of sustained copies before the link is read.
+        type: float
+        default: 1.0
+      size_mib:
+        description: Size of each copy in MiB.
+        type: int
+        default: 64
+      cuda_library:
+        description: The driver library to load.
+        type: str
+        default: libcuda.so.1
+      use_nvml:
+        description: Read through NVML when pynvml imports; false reads with nvidia-smi.
+        type: bool
+        default: true
+      nvml_python_path:
+        description: Directories (patterns allowed) searched for pynvml.
+        type: list
+        elements: str
+        default: []
+      nvidia_smi:
+        description: The nvidia-smi command used when NVML is not available.
+        type: str
+        default: nvidia-smi
   probe:
     description:
       - A p2p_probe result; its per-GPU link reading under load stands in for I(load)
@@ -90,6 +124,14 @@ counts:
   description: Number of findings per severity.
   returned: always
   type: dict
+load:
+  description: The load sample judged (I(load), or the one taken for I(sample)); null when none.
+  returned: always
+  type: dict
+load_note:
+  description: Why a sample was taken, or that the probe's readings stood in; null without it.
+  returned: always
+  type: str
 summary:
   description: One line per finding, "<severity> <code> <subject>: <message>".
   returned: always
@@ -104,19 +146,42 @@ failure:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.lingbot_fleet.linkcheck import JUDGE_ARGUMENT_SPEC, judge_options
+from ansible.module_utils.lingbot_fleet.linkcheck import (
+    JUDGE_ARGUMENT_SPEC,
+    judge_options,
+    sample_decision,
+)
 
 ARGUMENT_SPEC = JUDGE_ARGUMENT_SPEC
+
+
+def take_sample(module: AnsibleModule, sample: dict) -> dict:
+    from ansible.module_utils.lingbot_fleet.facts.load import link_under_load
+
+    if sample["duration_s"] <= 0 or sample["size_mib"] <= 0:
+        module.fail_json(msg="sample: duration_s and size_mib must be greater than 0")
+    smi = module.get_bin_path(sample["nvidia_smi"]) or sample["nvidia_smi"]
+    return link_under_load(
+        cuda_library=sample["cuda_library"],
+        duration_s=sample["duration_s"],
+        size_bytes=sample["size_mib"] << 20,
+        nvml_python_path=sample["nvml_python_path"],
+        smi_command=[smi],
+        use_nvml=sample["use_nvml"],
+    )
 
 
 def run_module() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
+    sample_needed, note = sample_decision(params)
+    if sample_needed:
+        params["load"] = take_sample(module, params["sample"])
     try:
         result, failure = judge_options(params)
     except ValueError as error:
         module.fail_json(msg=str(error))
-    result["failure"] = failure
+    result.update(failure=failure, load=params["load"], load_note=note)
     if failure and not params["defer_failure"]:
         module.fail_json(msg=failure, **result)
     module.exit_json(**result)

@@ -92,7 +92,11 @@ load:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.lingbot_fleet.facts.load import link_under_load
-from ansible.module_utils.lingbot_fleet.linkcheck import MIN_LOAD_S, probe_readings_problem
+from ansible.module_utils.lingbot_fleet.linkcheck import (
+    MIN_LOAD_S,
+    SAMPLE_ARGUMENT_SPEC,
+    probe_readings_problem,
+)
 
 
 def run_module() -> None:
@@ -102,12 +106,7 @@ def run_module() -> None:
             "probe": {"type": "dict"},
             "probe_max_age_s": {"type": "float", "default": 3600.0},
             "min_load_s": {"type": "float", "default": MIN_LOAD_S},
-            "duration_s": {"type": "float", "default": 1.0},
-            "size_mib": {"type": "int", "default": 64},
-            "cuda_library": {"type": "str", "default": "libcuda.so.1"},
-            "use_nvml": {"type": "bool", "default": True},
-            "nvml_python_path": {"type": "list", "elements": "str", "default": []},
-            "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+            **SAMPLE_ARGUMENT_SPEC,
         },
         supports_check_mode=True,
     )

@@ -55,6 +55,21 @@ options:
       - With O(pynvml_venv), RV(pynvml_in_venv) also requires this SHA-1 (the controller's
         copy, for air-gapped nodes).
     type: str
+  persistence_unit:
+    description:
+      - The nvidia-persistenced unit of the nvidia_persistence role. When set, the result
+        also says what that role's module would do on this node with these options
+        (C(ansible_facts.lingbot_persistence_state), from the same code in check mode), so
+        a node that needs nothing costs that role no module call.
+    type: str
+  persistence_dropin_dir:
+    description: The role's drop-in directory (with O(persistence_unit)).
+    type: path
+    default: /etc/systemd/system/nvidia-persistenced.service.d
+  persistence_uvm_at_boot:
+    description: Whether the role keeps nvidia-uvm loaded at boot (with O(persistence_unit)).
+    type: bool
+    default: true
 attributes:
   check_mode:
     support: full
@@ -89,6 +104,13 @@ ansible_facts:
     lingbot_gpu:
       description: Facts document (schema_version 1, see docs/facts.md).
       type: dict
+    lingbot_persistence_state:
+      description:
+        - With O(persistence_unit) - the options, C(pending) (what the nvidia_persistence
+          module would do, one sentence each; empty when nothing), C(error) (why it would
+          fail), C(fragment_path), C(exec_start), C(no_persistence_mode), C(dropin) and
+          C(read_at_s) (the node's clock).
+      type: dict
     lingbot_saved_probe:
       description:
         - The saved probe of O(saved_probe_dir) - C(save_dir), C(probe) (the document, null
@@ -115,6 +137,13 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.lingbot_fleet.facts import FACT_NAME, gather_facts
 from ansible.module_utils.lingbot_fleet.facts.nvml import find_pynvml
+from ansible.module_utils.lingbot_fleet.nodefiles import NodeChanges
+from ansible.module_utils.lingbot_fleet.persistence import (
+    STATE_FACT_NAME,
+    assess,
+    parse_show,
+    show_argv,
+)
 from ansible.module_utils.lingbot_fleet.probe import (
     DEFAULT_SAVE_DIR,
     SAVED_PROBE_FACT_NAME,
@@ -130,6 +159,31 @@ def pynvml_in_venv(module: AnsibleModule, venv: str | None, sha1: str | None) ->
     return any(sha1 is None or module.sha1(path) == sha1 for path in glob.glob(pattern))
 
 
+def persistence_state(module: AnsibleModule) -> dict:
+    """What the nvidia_persistence module would do here with the given options."""
+    params = module.params
+    unit = params["persistence_unit"]
+    systemctl = module.get_bin_path("systemctl") or "systemctl"
+    rc, out, err = module.run_command(
+        show_argv(systemctl, unit), environ_update={"LC_ALL": "C", "LANG": "C"}
+    )
+    changes = NodeChanges(check_mode=True, root=params["root"])
+    state = assess(
+        changes,
+        parse_show(out) if rc == 0 else {},
+        unit=unit,
+        dropin_dir=params["persistence_dropin_dir"],
+        uvm_at_boot=params["persistence_uvm_at_boot"],
+        systemctl=systemctl,
+        modprobe=module.get_bin_path("modprobe"),
+        root=params["root"],
+        now_s=time.time(),
+    )
+    if rc != 0:
+        state["error"] = f"systemctl show {unit} failed (rc {rc}): {err.strip()}"
+    return state
+
+
 def run_module() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -140,6 +194,12 @@ def run_module() -> None:
             "pynvml_venv": {"type": "path"},
             "pynvml_sha1": {"type": "str"},
             "saved_probe_dir": {"type": "path", "default": DEFAULT_SAVE_DIR},
+            "persistence_unit": {"type": "str"},
+            "persistence_dropin_dir": {
+                "type": "path",
+                "default": "/etc/systemd/system/nvidia-persistenced.service.d",
+            },
+            "persistence_uvm_at_boot": {"type": "bool", "default": True},
         },
         required_by={"pynvml_sha1": "pynvml_venv"},
         supports_check_mode=True,
@@ -152,12 +212,15 @@ def run_module() -> None:
         nvml_python_path=params["nvml_python_path"],
         smi_command=[smi],
     )
+    ansible_facts = {
+        FACT_NAME: facts,
+        SAVED_PROBE_FACT_NAME: saved_probe_fact(params["saved_probe_dir"], time.time()),
+    }
+    if params["persistence_unit"]:
+        ansible_facts[STATE_FACT_NAME] = persistence_state(module)
     module.exit_json(
         changed=False,
-        ansible_facts={
-            FACT_NAME: facts,
-            SAVED_PROBE_FACT_NAME: saved_probe_fact(params["saved_probe_dir"], time.time()),
-        },
+        ansible_facts=ansible_facts,
         pynvml_path=find_pynvml(params["nvml_python_path"]),
         pynvml_in_venv=pynvml_in_venv(module, params["pynvml_venv"], params["pynvml_sha1"]),
     )

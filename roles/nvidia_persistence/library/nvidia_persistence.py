@@ -175,7 +175,6 @@ ansible_facts:
   type: dict
 """
 
-import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -187,15 +186,8 @@ from ansible.module_utils.lingbot_fleet.nodefiles import (
 )
 
 
-def read_text(changes: NodeChanges, path: str) -> str | None:
-    data = changes.read(path)
-    return data.decode("utf-8", errors="replace") if data is not None else None
-
-
-def converge_unit(
-    module: AnsibleModule, changes: NodeChanges, result: dict
-) -> tuple[persistence.UnitState, bool]:
-    """Drop-in, reload, enable, start or restart: (the unit as read, whether it was started)."""
+def read_unit(module: AnsibleModule) -> tuple[persistence.UnitState, str]:
+    """The unit as systemd has it loaded, and the systemctl command."""
     params = module.params
     unit = params["unit"]
     systemctl = module.get_bin_path(params["systemctl"], required=True)
@@ -209,36 +201,7 @@ def converge_unit(
             stdout=out,
             stderr=err,
         )
-    state = persistence.unit_state(unit, persistence.parse_show(out))
-    dropin_path = f"{params['dropin_dir'].rstrip('/')}/{persistence.DROPIN_NAME}"
-    plan = persistence.plan_unit(state, dropin_path, lambda path: read_text(changes, path))
-    result.update(
-        fragment_path=state.fragment_path,
-        no_persistence_mode=plan.no_persistence_mode,
-        exec_start=plan.exec_start_after,
-        dropin={"path": dropin_path, "state": "present" if plan.dropin else "absent"},
-    )
-    if plan.dropin is not None:
-        dropin_changed = changes.write_file(dropin_path, plan.dropin, mode=0o644)
-    else:
-        dropin_changed = changes.remove_file(dropin_path)
-        if dropin_changed:
-            changes.remove_empty_dir(params["dropin_dir"])
-    if dropin_changed or state.need_daemon_reload:
-        changes.run([systemctl, "daemon-reload"], "run systemctl daemon-reload")
-    if not state.enabled:
-        changes.enable_unit(systemctl, unit)
-    stale = plan.exec_start_before != plan.exec_start_after or (
-        persistence.running_with_flag(state.main_pid, params["root"])
-        and not persistence.has_flag(plan.exec_start_after)
-    )
-    if not state.active:
-        changes.run([systemctl, "start", unit], f"start {unit}")
-        return state, True
-    if stale:
-        changes.run([systemctl, "restart", unit], f"restart {unit} with its new ExecStart")
-        return state, True
-    return state, False
+    return persistence.unit_state(unit, persistence.parse_show(out)), systemctl
 
 
 def verify(module: AnsibleModule, changes: NodeChanges, started: bool, result: dict) -> bool:
@@ -277,32 +240,6 @@ def verify(module: AnsibleModule, changes: NodeChanges, started: bool, result: d
     if lost:
         module.warn(f"GPU(s) {', '.join(lost)} lost by the driver: persistence mode not checked")
     return started
-
-
-UVM_MODULES_LOAD = "/etc/modules-load.d/lingbot-fleet-nvidia-uvm.conf"
-
-
-def load_uvm_at_boot(changes: NodeChanges, find_bin, result: dict) -> None:
-    """nvidia-uvm loaded at every boot (modules-load.d) and now, when the driver is.
-
-    CUDA needs nvidia-uvm; the driver usually loads it on demand through the setuid
-    nvidia-modprobe, which the hardened units (NoNewPrivileges, ProtectKernelModules) do
-    not allow, so the module must already be there when LingBot starts.
-    """
-    changes.write_file(
-        UVM_MODULES_LOAD,
-        "# Managed by lingbot-fleet (role nvidia_persistence): CUDA's nvidia-uvm at every boot,\n"
-        "# before the hardened LingBot units start (they cannot load kernel modules).\n"
-        "nvidia-uvm\n",
-        mode=0o644,
-    )
-    loaded = os.path.isdir(changes.real("/sys/module/nvidia_uvm"))
-    if loaded or not os.path.isdir(changes.real("/sys/module/nvidia")):
-        if not loaded:
-            result["notes"].append("nvidia-uvm: the NVIDIA kernel driver is not loaded here")
-        return
-    modprobe = find_bin("modprobe") or "modprobe"
-    changes.run([modprobe, "nvidia-uvm"], "load nvidia-uvm (modprobe nvidia-uvm)")
 
 
 def run_module() -> None:
@@ -345,8 +282,16 @@ def run_module() -> None:
 
     try:
         if params["uvm_at_boot"]:
-            load_uvm_at_boot(changes, module.get_bin_path, result)
-        _state, started = converge_unit(module, changes, result)
+            persistence.load_uvm_at_boot(changes, module.get_bin_path("modprobe"), result)
+        state, systemctl = read_unit(module)
+        started = persistence.converge_unit(
+            changes,
+            state,
+            dropin_dir=params["dropin_dir"],
+            systemctl=systemctl,
+            root=params["root"],
+            result=result,
+        )
         if module.check_mode:
             result["notes"].append("check mode: nothing restarted, persistence mode not verified")
         elif params["verify"]:

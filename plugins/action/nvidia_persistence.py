@@ -1,0 +1,68 @@
+"""Action plugin nvidia_persistence: answer from gpu_facts' reading when nothing is to do.
+
+gpu_facts, which runs first on the node (a dependency of the role), also runs this
+module's own checks in check mode when the play has the role (``persistence_unit``) and
+returns what the module would do as ``ansible_facts.lingbot_persistence_state``
+(``lingbot_fleet.persistence.assess``). When that says nothing, for the task's options,
+and the facts read in the same call show persistence mode on for every GPU, the task
+returns what the module returns then, without a connection
+(``lingbot_fleet.persistence.controller_answer``). Otherwise the module runs; its result
+replaces the reading, so a later task of the play does not answer from it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.plugins.action import ActionBase
+from ansible.utils.vars import merge_hash
+
+from lingbot_fleet.ansible_data import plain_data as plain
+from lingbot_fleet.persistence import STATE_FACT_NAME, controller_answer
+
+# The options the answer depends on, with the module's defaults.
+DECISION_SPEC = {
+    "unit": {"type": "str", "default": "nvidia-persistenced.service"},
+    "dropin_dir": {"type": "path", "default": "/etc/systemd/system/nvidia-persistenced.service.d"},
+    "verify": {"type": "bool", "default": True},
+    "uvm_at_boot": {"type": "bool", "default": True},
+    "root": {"type": "path", "default": "/"},
+}
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+
+    def answer(self, task_vars: dict[str, Any]) -> dict[str, Any] | None:
+        if self._task.delegate_to or self._task.async_val:
+            return None
+        args = plain(self._task.args)
+        options = {key: args[key] for key in DECISION_SPEC if key in args}
+        if any("~" in str(value) or "$" in str(value) for value in options.values()):
+            return None  # a path the node expands
+        validated = ArgumentSpecValidator(DECISION_SPEC).validate(options)
+        if validated.error_messages:
+            return None  # the module fails with its own message
+        facts = task_vars.get("ansible_facts") or {}
+        return controller_answer(
+            validated.validated_parameters,
+            plain(facts.get(STATE_FACT_NAME)),
+            plain(facts.get("lingbot_gpu")),
+            time.time(),
+        )
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        del tmp
+        answer = self.answer(task_vars or {})
+        if answer is not None:
+            result.update(answer)
+            return result
+        result = merge_hash(result, self._execute_module(task_vars=task_vars))
+        self._remove_tmp_path(self._connection._shell.tmpdir)
+        if STATE_FACT_NAME in ((task_vars or {}).get("ansible_facts") or {}):
+            result.setdefault("ansible_facts", {})[STATE_FACT_NAME] = None
+        return result
