@@ -31,6 +31,18 @@ $(VENV)/.installed: pyproject.toml | apt-packages
 
 setup: apt-packages $(VENV)/.installed
 
+# promtool (Debian package prometheus) checks the monitor's metrics in a unit test. The
+# package is unpacked, not installed, so no Prometheus server is set up on this machine.
+PROMTOOL := $(CURDIR)/.tools/prometheus/usr/bin/promtool
+export PROMTOOL
+$(PROMTOOL):
+	@rm -rf .tools/prometheus && mkdir -p .tools/prometheus
+	cd .tools/prometheus && { apt-get download prometheus >/dev/null 2>&1 || \
+		{ apt-get update -qq && apt-get download prometheus >/dev/null; }; }
+	dpkg-deb -x .tools/prometheus/prometheus_*.deb .tools/prometheus
+	find .tools/prometheus -type f ! -name promtool -delete
+	test -x $@
+
 native: setup
 	$(MAKE) -s -C lab/native
 
@@ -53,7 +65,7 @@ lint: setup
 	$(BIN)/yamllint --strict .
 	$(BIN)/ansible-lint --profile production --offline
 
-unit: setup native
+unit: setup native $(PROMTOOL)
 	$(BIN)/pytest -m "not lab" $(PYTEST_ARGS)
 
 lab-test: setup native

@@ -7,16 +7,33 @@ the archive's sha256. A node that already has that archive costs one module call
 transfer. Otherwise the module writes nothing and answers ``app_upload_required``; the
 archive is then copied into the remote temp directory and the module runs again with
 ``app_src``. Check mode never uploads.
+
+A node whose receipt stands costs no call at all: the module leaves a receipt of what it
+verified (``lingbot_fleet.receipts``), gpu_facts returns it with the signatures of its
+paths and the timer's state now (``ansible_facts.lingbot_receipts``), and when the digest
+of this task's options (with the archive's sha256) is the receipt's and nothing moved
+(``receipts.unchanged``), the plugin answers with what the module would return.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from ansible import constants
 from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
+
+from lingbot_fleet import nodeapp, receipts
+from lingbot_fleet.ansible_data import plain_data as plain
+from lingbot_fleet.monitor.install_options import (
+    INSTALL_ARGUMENT_SPEC,
+    RECEIPT_ROLE,
+    managed_files,
+    receipt_options,
+)
 
 MODULE = "topo_monitor_install"
 REMOTE_NAME = "lingbot-fleet-monitor.pyz"
@@ -24,13 +41,6 @@ REMOTE_NAME = "lingbot-fleet-monitor.pyz"
 
 def build_app(interpreter: str) -> tuple[str, str]:
     """(path, sha256) of the cached zipapp; AnsibleActionFail says what is wrong."""
-    try:
-        from lingbot_fleet import nodeapp  # noqa: PLC0415 - the installed package
-    except ImportError as error:
-        raise AnsibleActionFail(
-            f"{MODULE}: the lingbot_fleet package is not importable on the controller "
-            f"({error}); install lingbot-fleet into the Python that runs ansible-playbook"
-        ) from error
     cache_dir = os.path.join(constants.DEFAULT_LOCAL_TMP, "lingbot_fleet_nodeapp")
     try:
         path = nodeapp.cached_build(cache_dir, interpreter=interpreter)
@@ -43,6 +53,34 @@ class ActionModule(ActionBase):
     # The temp directory is made only when the archive has to be uploaded.
     TRANSFERS_FILES = False
 
+    def receipt_answer(self, args: dict[str, Any], task_vars: dict[str, Any]) -> dict | None:
+        """The module's result when the node's receipt stands for these options, else None."""
+        if self._task.delegate_to or self._task.async_val:
+            return None
+        options = {key: value for key, value in plain(args).items() if key in INSTALL_ARGUMENT_SPEC}
+        if any("~" in str(value) or "$" in str(value) for value in options.values()):
+            return None  # a path the node expands
+        validated = ArgumentSpecValidator(INSTALL_ARGUMENT_SPEC).validate(options)
+        if validated.error_messages:
+            return None  # the module fails with its own message
+        params = validated.validated_parameters
+        found = (task_vars.get("ansible_facts") or {}).get(receipts.FACT_NAME) or {}
+        entry = plain(found.get(RECEIPT_ROLE))
+        digest = receipts.options_digest(receipt_options(params))
+        if receipts.unchanged(entry, digest, time.time()):
+            return None
+        return {
+            "changed": False,
+            "actions": [],
+            "changed_paths": [],
+            "diff": [],
+            "app_upload_required": False,
+            "files": managed_files(params),
+            "units_changed": [],
+            "receipt": "stands",
+            "msg": "nothing changed since the module verified the monitor (receipt); no call",
+        }
+
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         del tmp
@@ -54,6 +92,10 @@ class ActionModule(ActionBase):
         if not interpreter:
             raise AnsibleActionFail(f"{MODULE}: python is required (the node's Python 3)")
         local, args["app_checksum"] = build_app(str(interpreter))
+        answer = self.receipt_answer(args, task_vars or {})
+        if answer is not None:
+            result.update(answer)
+            return result
         try:
             answer = self._execute_module(MODULE, module_args=args, task_vars=task_vars)
             if answer.get("app_upload_required") and not answer.get("failed"):

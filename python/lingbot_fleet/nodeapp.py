@@ -268,16 +268,23 @@ def cached_build(
     """The archive's path in ``cache_dir``, built when the sources changed since the last.
 
     Keyed by ``source_key``, so hosts of one run (and runs with the same package) share one
-    build. Concurrent builders race harmlessly: each renames a complete file into place.
+    build. The hosts of a run ask at once: the first builds under a lock of the cache
+    directory while the others wait for it, rather than each building its own (a complete
+    file is renamed into place either way).
     """
+    import fcntl  # noqa: PLC0415 - only the controller builds
+
     root = root or package_dir()
     key = source_key(package, interpreter, root)
     directory = Path(cache_dir)
     target = directory / f"{package.rpartition('.')[2]}-{key[:32]}.pyz"
     if target.is_file():
         return target
-    data = build(package, interpreter, root)
-    write_atomic(str(target), data, mode=0o644)
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".build.lock", "a", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not target.is_file():
+            write_atomic(str(target), build(package, interpreter, root), mode=0o644)
     return target
 
 

@@ -140,5 +140,51 @@ def test_monitor_timer_writes_metrics_a_prometheus_parser_reads(booted_lab):
     }
     assert samples[("lingbot_fleet_p2p_usable", (("dst", "1"), ("src", "0")))] == 1
     assert samples[("lingbot_fleet_fallback_recommended", (("instance", "main"),))] == 0
-    bandwidth = samples[("lingbot_fleet_p2p_bandwidth_gbytes_per_s", (("dst", "1"), ("src", "0")))]
-    assert 27.0 < bandwidth < 30.0
+    pair = (("dst", "1"), ("src", "0"))
+    bandwidth = samples[("lingbot_fleet_p2p_bandwidth_bytes_per_second", pair)]
+    assert 27.0e9 < bandwidth < 30.0e9
+
+
+MONITOR_FILES = (
+    "md5sum /usr/local/sbin/lingbot-fleet-monitor /etc/lingbot-fleet/monitor.json "
+    "/etc/systemd/system/lingbot-fleet-monitor.service "
+    "/etc/systemd/system/lingbot-fleet-monitor.timer"
+)
+
+
+def test_a_converged_node_is_answered_from_one_reading_and_drift_is_still_put_back(booted_lab):
+    """nvidia_persistence and topo_monitor cost no call of their own on a converged node
+    (gpu_facts' check-mode reading, the monitor's receipt), and what drifts since is
+    still found and put back by their modules."""
+    spec = booted_lab.node("a6000-phb")
+    before = booted_lab.run(spec, MONITOR_FILES).stdout
+    converged = run_playbook("site.yml", spec.name)
+    assert converged.rc == 0, converged.stdout[-4000:]
+    assert recap(converged, spec.name)["changed"] == 0
+    [persistence] = converged.results(spec.name, action="nvidia_persistence")
+    assert persistence.result["verified"] is True
+    assert "no module call" in persistence.result["notes"][-1]
+    [monitor] = converged.results(spec.name, action="topo_monitor_install")
+    assert monitor.result["receipt"] == "stands"
+
+    # Drift: the monitor's configuration edited, its timer stopped, the daemon stopped.
+    booted_lab.run(spec, "echo ' ' >> /etc/lingbot-fleet/monitor.json")
+    booted_lab.run(spec, "systemctl stop lingbot-fleet-monitor.timer nvidia-persistenced")
+    fixed = run_playbook("site.yml", spec.name)
+    assert fixed.rc == 0, fixed.stdout[-4000:]
+    [persistence] = fixed.results(spec.name, action="nvidia_persistence")
+    assert "start nvidia-persistenced.service" in persistence.result["actions"]
+    [monitor] = fixed.results(spec.name, action="topo_monitor_install")
+    assert monitor.result["changed"] is True
+    assert "start lingbot-fleet-monitor.timer" in monitor.result["actions"]
+    assert monitor.result["receipt"] == "written"
+    assert booted_lab.run(spec, MONITOR_FILES).stdout == before
+    active = booted_lab.run(
+        spec, "systemctl is-active lingbot-fleet-monitor.timer nvidia-persistenced"
+    )
+    assert active.stdout.split() == ["active", "active"]
+
+    again = run_playbook("site.yml", spec.name)
+    assert recap(again, spec.name)["changed"] == 0
+    [monitor] = again.results(spec.name, action="topo_monitor_install")
+    assert monitor.result["receipt"] == "stands"

@@ -61,17 +61,18 @@ def test_healthy_phb_pairs_usable_and_no_fallback(tmp_path: Path, lab_env: Any) 
     for src, dst in ((0, 1), (1, 0)):
         labels = pair_labels(src, dst)
         assert values[("lingbot_fleet_p2p_usable", labels)] == 1
-        assert values[("lingbot_fleet_p2p_threshold_gbytes_per_s", labels)] == 25
+        assert values[("lingbot_fleet_p2p_threshold_bytes_per_second", labels)] == 25e9
         assert values[("lingbot_fleet_path_below_threshold_runs", labels)] == 0
-        assert close(values[("lingbot_fleet_p2p_bandwidth_gbytes_per_s", labels)], 28.4)
-        assert close(values[("lingbot_fleet_p2p_latency_ns", labels)], 1320)
+        assert close(values[("lingbot_fleet_p2p_bandwidth_bytes_per_second", labels)] / 1e9, 28.4)
+        assert close(values[("lingbot_fleet_p2p_latency_seconds", labels)] * 1e9, 1320)
     for gpu, bus_id in ((0, "0000:41:00.0"), (1, "0000:42:00.0")):
         labels = (("bus_id", bus_id), ("gpu", str(gpu)))
         # Idle at Gen1; the probe's copies bring the link to Gen4 x16.
         assert values[("lingbot_fleet_gpu_link_generation", labels)] == 4
         assert values[("lingbot_fleet_gpu_link_width", labels)] == 16
         h2d = (("direction", "h2d"), ("gpu", str(gpu)))
-        assert close(values[("lingbot_fleet_gpu_host_bandwidth_gbytes_per_s", h2d)], 24.6, 0.1)
+        h2d_bytes_per_second = values[("lingbot_fleet_gpu_host_bandwidth_bytes_per_second", h2d)]
+        assert close(h2d_bytes_per_second / 1e9, 24.6, 0.1)
     assert values[("lingbot_fleet_fallback_recommended", (("instance", "main"),))] == 0
     assert values[("lingbot_fleet_plan_drift", ())] == 0
     for severity in ("info", "warning", "error", "critical"):
@@ -119,7 +120,8 @@ def test_translated_iommu_counts_runs_recommends_fallback_and_resets(
         assert values[("lingbot_fleet_p2p_usable", pair_labels(0, 1))] == 0
         assert values[("lingbot_fleet_path_below_threshold_runs", pair_labels(0, 1))] == run
         assert values[fallback_sample] == (1 if run == 3 else 0)
-        assert close(values[("lingbot_fleet_p2p_bandwidth_gbytes_per_s", pair_labels(0, 1))], 6.1)
+        bandwidth = values[("lingbot_fleet_p2p_bandwidth_bytes_per_second", pair_labels(0, 1))]
+        assert close(bandwidth / 1e9, 6.1)
         codes = [finding["code"] for finding in report["findings"]]
         assert codes.count("MONITOR_PATH_BELOW_THRESHOLD") == 2
         assert ("MONITOR_FALLBACK_RECOMMENDED" in codes) is (run == 3)
@@ -476,13 +478,13 @@ def test_every_family_has_help_and_type_lines() -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
     text = render_metrics(
-        {"plan_drift": [({}, 2)], "p2p_latency_ns": [({"src": "0", "dst": "1"}, 1.5e3)]}
+        {"plan_drift": [({}, 2)], "p2p_latency_seconds": [({"src": "0", "dst": "1"}, 1.5e-6)]}
     )
     families = {family.name: family for family in text_string_to_metric_families(text)}
     assert set(families) == {f"lingbot_fleet_{name}" for name in metrics.METRICS}
     assert all(family.type == "gauge" and family.documentation for family in families.values())
     assert "lingbot_fleet_plan_drift 2\n" in text
-    assert 'lingbot_fleet_p2p_latency_ns{src="0",dst="1"} 1500\n' in text
+    assert 'lingbot_fleet_p2p_latency_seconds{src="0",dst="1"} 1.5e-06\n' in text
 
 
 def test_textfile_is_renamed_from_a_hidden_temp_file_of_the_same_directory(

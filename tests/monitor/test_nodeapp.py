@@ -251,4 +251,37 @@ def test_the_cache_builds_once_per_content(tmp_path: Path) -> None:
     assert b"thing = 'changed'" in changed.read_bytes()
     other_python = nodeapp.cached_build(cache, "lingbot_fleet.tool", "/usr/bin/python3.11", package)
     assert other_python not in (first, changed)
-    assert sorted(path.name.startswith("tool-") for path in cache.iterdir()) == [True] * 3
+    archives = [path for path in cache.iterdir() if not path.name.startswith(".")]
+    assert sorted(path.name.startswith("tool-") for path in archives) == [True] * 3
+
+
+def test_hosts_asking_at_once_share_one_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every host of a run asks for the archive at once: one builds, the others wait."""
+    import threading
+    import time
+
+    package = make_package(tmp_path / "src", TOOL)
+    builds = []
+    real_build = nodeapp.build
+
+    def slow_build(*args: object) -> bytes:
+        builds.append(args)
+        time.sleep(0.2)
+        return real_build(*args)
+
+    monkeypatch.setattr(nodeapp, "build", slow_build)
+    cache = tmp_path / "cache"
+    paths: list[Path] = []
+
+    def ask() -> None:
+        paths.append(nodeapp.cached_build(cache, "lingbot_fleet.tool", "/usr/bin/python3", package))
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(builds) == 1
+    assert len(set(paths)) == 1 and len(paths) == 8

@@ -21,18 +21,25 @@ METRIC_PREFIX = "lingbot_fleet_"
 
 MetricSample = tuple[dict[str, str], float]
 
+# Base units, as Prometheus wants them (promtool check metrics): bytes per second and
+# seconds. The probe measures GB/s (10^9 bytes/s) and ns; the samples are converted here.
+BYTES_PER_GBYTE = 1e9
+SECONDS_PER_NS = 1e-9
+
 METRICS: dict[str, str] = {
-    "p2p_bandwidth_gbytes_per_s": "Measured unidirectional P2P bandwidth (peer access on) "
-    "of a GPU pair the plan uses, GB/s.",
-    "p2p_threshold_gbytes_per_s": "Peer-access threshold of the instance using the pair, GB/s.",
+    "p2p_bandwidth_bytes_per_second": "Measured unidirectional P2P bandwidth (peer access on) "
+    "of a GPU pair the plan uses, bytes per second.",
+    "p2p_threshold_bytes_per_second": "Peer-access threshold of the instance using the pair, "
+    "bytes per second.",
     "p2p_usable": "1 when the used pair is at or above its threshold and its data check "
     "passed, else 0.",
-    "p2p_latency_ns": "Measured small-copy P2P latency (peer access on) of a used pair, ns.",
+    "p2p_latency_seconds": "Measured small-copy P2P latency (peer access on) of a used pair, "
+    "seconds.",
     "gpu_link_generation": "PCIe link generation of the GPU under load (idle reading when "
     "no load sample).",
     "gpu_link_width": "PCIe link width of the GPU (lanes).",
-    "gpu_host_bandwidth_gbytes_per_s": "Pinned host-to-device (h2d) and device-to-host "
-    "(d2h) bandwidth of the GPU, GB/s.",
+    "gpu_host_bandwidth_bytes_per_second": "Pinned host-to-device (h2d) and device-to-host "
+    "(d2h) bandwidth of the GPU, bytes per second.",
     "findings": "Findings of the last monitor run by severity.",
     "plan_drift": "Drifted paths: used pairs not usable now plus planned GPUs lost.",
     "path_below_threshold_runs": "Consecutive monitor runs in which the used pair was not usable.",
@@ -83,10 +90,12 @@ def metric_families(report: Mapping[str, Any]) -> dict[str, list[MetricSample]]:
     for pair in report["pairs"]:
         labels = {"src": str(pair["src"]), "dst": str(pair["dst"])}
         if pair["measured_gbytes_per_s"] is not None:
-            families["p2p_bandwidth_gbytes_per_s"].append((labels, pair["measured_gbytes_per_s"]))
+            bandwidth = pair["measured_gbytes_per_s"] * BYTES_PER_GBYTE
+            families["p2p_bandwidth_bytes_per_second"].append((labels, bandwidth))
         if pair["latency_ns"] is not None:
-            families["p2p_latency_ns"].append((labels, pair["latency_ns"]))
-        families["p2p_threshold_gbytes_per_s"].append((labels, pair["threshold_gbytes_per_s"]))
+            families["p2p_latency_seconds"].append((labels, pair["latency_ns"] * SECONDS_PER_NS))
+        threshold = pair["threshold_gbytes_per_s"] * BYTES_PER_GBYTE
+        families["p2p_threshold_bytes_per_second"].append((labels, threshold))
         families["p2p_usable"].append((labels, 1 if pair["usable"] else 0))
         families["path_below_threshold_runs"].append((labels, pair["below_threshold_runs"]))
     for gpu in report["gpus"]:
@@ -98,8 +107,8 @@ def metric_families(report: Mapping[str, Any]) -> dict[str, list[MetricSample]]:
         for direction in ("h2d", "d2h"):
             figure = gpu[f"{direction}_gbytes_per_s"]
             if figure is not None:
-                families["gpu_host_bandwidth_gbytes_per_s"].append(
-                    ({"gpu": str(gpu["index"]), "direction": direction}, figure)
+                families["gpu_host_bandwidth_bytes_per_second"].append(
+                    ({"gpu": str(gpu["index"]), "direction": direction}, figure * BYTES_PER_GBYTE)
                 )
     for severity, count in report["findings_by_severity"].items():
         families["findings"].append(({"severity": severity}, count))

@@ -62,6 +62,14 @@ options:
         (C(ansible_facts.lingbot_persistence_state), from the same code in check mode), so
         a node that needs nothing costs that role no module call.
     type: str
+  receipts:
+    description:
+      - Also return the receipts modules left on the node (C(lingbot_fleet.receipts)) with
+        the stat signature of their paths and the state of their units now, as
+        C(ansible_facts.lingbot_receipts), so a role whose receipt stands (topo_monitor)
+        costs no module call.
+    type: bool
+    default: false
   persistence_dropin_dir:
     description: The role's drop-in directory (with O(persistence_unit)).
     type: path
@@ -111,6 +119,12 @@ ansible_facts:
           fail), C(fragment_path), C(exec_start), C(no_persistence_mode), C(dropin) and
           C(read_at_s) (the node's clock).
       type: dict
+    lingbot_receipts:
+      description:
+        - With O(receipts) - role -> C(receipt) (the document the role's module wrote) and
+          C(current) (C(paths), each path's stat signature now; C(units), each unit's
+          LoadState, UnitFileState and ActiveState now; C(read_at_s), the node's clock).
+      type: dict
     lingbot_saved_probe:
       description:
         - The saved probe of O(saved_probe_dir) - C(save_dir), C(probe) (the document, null
@@ -135,6 +149,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.lingbot_fleet import receipts
 from ansible.module_utils.lingbot_fleet.facts import FACT_NAME, gather_facts
 from ansible.module_utils.lingbot_fleet.facts.nvml import find_pynvml
 from ansible.module_utils.lingbot_fleet.nodefiles import NodeChanges
@@ -184,6 +199,19 @@ def persistence_state(module: AnsibleModule) -> dict:
     return state
 
 
+def unit_states(module: AnsibleModule, units: list[str]) -> dict[str, dict[str, str]]:
+    """receipts.UNIT_PROPERTIES of the units, in one systemctl call ({} when it fails)."""
+    systemctl = module.get_bin_path("systemctl")
+    if not systemctl:
+        return {}
+    properties = ",".join(("Id", *receipts.UNIT_PROPERTIES))
+    rc, out, _err = module.run_command(
+        [systemctl, "show", f"--property={properties}", "--", *units],
+        environ_update={"LC_ALL": "C", "LANG": "C"},
+    )
+    return receipts.parse_show_all(out) if rc == 0 else {}
+
+
 def run_module() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -194,6 +222,7 @@ def run_module() -> None:
             "pynvml_venv": {"type": "path"},
             "pynvml_sha1": {"type": "str"},
             "saved_probe_dir": {"type": "path", "default": DEFAULT_SAVE_DIR},
+            "receipts": {"type": "bool", "default": False},
             "persistence_unit": {"type": "str"},
             "persistence_dropin_dir": {
                 "type": "path",
@@ -218,6 +247,10 @@ def run_module() -> None:
     }
     if params["persistence_unit"]:
         ansible_facts[STATE_FACT_NAME] = persistence_state(module)
+    if params["receipts"]:
+        ansible_facts[receipts.FACT_NAME] = receipts.read_receipts(
+            params["root"], lambda units: unit_states(module, units), time.time()
+        )
     module.exit_json(
         changed=False,
         ansible_facts=ansible_facts,

@@ -144,6 +144,13 @@ actions:
   returned: success
   type: list
   elements: str
+receipt:
+  description:
+    - The receipt of what was verified (C(/var/lib/lingbot-fleet/receipts/topo_monitor.json),
+      see C(lingbot_fleet.receipts)) - C(written), C(unchanged), C(not written) with the
+      reason, or C(stands) when the action plugin answered from it without a module call.
+  returned: success, not in check mode
+  type: str
 units_changed:
   description: The units whose files changed (or would).
   returned: success
@@ -163,10 +170,19 @@ import tempfile
 from dataclasses import dataclass
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.lingbot_fleet import receipts
 from ansible.module_utils.lingbot_fleet.monitor.config import (
     MonitorConfigError,
     config_text,
     parse_config,
+)
+from ansible.module_utils.lingbot_fleet.monitor.install_options import (
+    INSTALL_ARGUMENT_SPEC,
+    RECEIPT_ROLE,
+    TIMER_REQUIRED,
+    managed_files,
+    receipt_options,
+    unit_paths,
 )
 from ansible.module_utils.lingbot_fleet.monitor.units import (
     TIMER_NAME,
@@ -181,25 +197,7 @@ from ansible.module_utils.lingbot_fleet.nodefiles import (
     run_command,
 )
 
-ARGUMENT_SPEC = {
-    "app_path": {"type": "path", "default": "/usr/local/sbin/lingbot-fleet-monitor"},
-    "app_checksum": {"type": "str", "required": True},
-    "app_src": {"type": "path"},
-    "python": {"type": "path", "required": True},
-    "config_path": {"type": "path", "default": "/etc/lingbot-fleet/monitor.json"},
-    "config": {"type": "dict", "required": True},
-    "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
-    "timeout_s": {"type": "int", "default": 120},
-    "nice": {"type": "int", "default": 10},
-    "extra_writable_paths": {"type": "list", "elements": "path", "default": []},
-    "interval": {"type": "str", "default": "5min"},
-    "boot_delay": {"type": "str", "default": "2min"},
-    "randomized_delay": {"type": "str", "default": "30s"},
-    "header": {"type": "str", "default": ""},
-    "verify": {"type": "bool", "default": True},
-    "obsolete_paths": {"type": "list", "elements": "path", "default": []},
-    **GENERATION_ARGUMENT_SPEC,
-}
+ARGUMENT_SPEC = {**INSTALL_ARGUMENT_SPEC, **GENERATION_ARGUMENT_SPEC}
 
 
 class InstallError(Exception):
@@ -386,10 +384,10 @@ def install(module: AnsibleModule) -> dict:
     params = module.params
     changes = NodeChanges.for_module(params, module.check_mode)
     want = wanted(params)
-    unit_paths = {name: os.path.join(params["unit_dir"], name) for name in sorted(want.units)}
+    units_at = unit_paths(params)
     differing = [
         name
-        for name, path in unit_paths.items()
+        for name, path in units_at.items()
         if changes.read(path) != want.units[name].encode("utf-8")
     ]
     if differing and params["verify"]:
@@ -409,16 +407,25 @@ def install(module: AnsibleModule) -> dict:
     install_app(changes, params)
     changes.write_file(params["config_path"], want.config_text, mode=0o644)
     changed = [
-        name for name, path in unit_paths.items() if changes.write_file(path, want.units[name])
+        name for name, path in units_at.items() if changes.write_file(path, want.units[name])
     ]
     remove_obsolete(changes, params["obsolete_paths"])
     apply_units(module, changes, changed)
     result = changes.result()
-    result.update(
-        app_upload_required=False,
-        files=[params["app_path"], params["config_path"], *unit_paths.values()],
-        units_changed=changed,
-    )
+    result.update(app_upload_required=False, files=managed_files(params), units_changed=changed)
+    if not module.check_mode:
+        # What was just verified, so the next run's gpu_facts can show nothing moved. Only
+        # a saving: a receipt that cannot be written costs the next run this call.
+        try:
+            written = receipts.write_receipt(
+                RECEIPT_ROLE,
+                receipts.options_digest(receipt_options(params)),
+                [*managed_files(params), *want.directories, *params["obsolete_paths"]],
+                {TIMER_NAME: TIMER_REQUIRED},
+            )
+            result["receipt"] = "written" if written else "unchanged"
+        except OSError as error:
+            result["receipt"] = f"not written: {error}"
     return result
 
 
