@@ -129,7 +129,14 @@ def test_monitor_timer_writes_metrics_a_prometheus_parser_reads(booted_lab):
     spec = booted_lab.node("a6000-phb")
     timers = booted_lab.run(spec, "systemctl list-timers lingbot-fleet-monitor.timer --no-legend")
     assert "lingbot-fleet-monitor.timer" in timers.stdout
-    booted_lab.run(spec, "systemctl start lingbot-fleet-monitor.service")
+    started = booted_lab.run(spec, "systemctl start lingbot-fleet-monitor.service", check=False)
+    if started.returncode != 0:
+        journal = booted_lab.run(
+            spec, "journalctl -u lingbot-fleet-monitor.service --no-pager -n 80", check=False
+        )
+        raise AssertionError(
+            f"a monitor run failed ({started.stderr.strip()}); its journal:\n{journal.stdout}"
+        )
     text = booted_lab.run(
         spec, "cat /var/lib/prometheus/node-exporter/lingbot_fleet_monitor.prom"
     ).stdout
