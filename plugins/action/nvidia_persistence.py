@@ -19,17 +19,17 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import merge_hash
 
+from lingbot_fleet.ansible_data import expanded_on_node
 from lingbot_fleet.ansible_data import plain_data as plain
-from lingbot_fleet.persistence import STATE_FACT_NAME, controller_answer
+from lingbot_fleet.persistence import (
+    ARGUMENT_SPEC,
+    DECISION_OPTIONS,
+    STATE_FACT_NAME,
+    controller_answer,
+)
 
-# The options the answer depends on, with the module's defaults.
-DECISION_SPEC = {
-    "unit": {"type": "str", "default": "nvidia-persistenced.service"},
-    "dropin_dir": {"type": "path", "default": "/etc/systemd/system/nvidia-persistenced.service.d"},
-    "verify": {"type": "bool", "default": True},
-    "uvm_at_boot": {"type": "bool", "default": True},
-    "root": {"type": "path", "default": "/"},
-}
+# The options the answer depends on, with the module's own defaults.
+DECISION_SPEC = {name: ARGUMENT_SPEC[name] for name in DECISION_OPTIONS}
 
 
 class ActionModule(ActionBase):
@@ -41,8 +41,8 @@ class ActionModule(ActionBase):
             return None
         args = plain(self._task.args)
         options = {key: args[key] for key in DECISION_SPEC if key in args}
-        if any("~" in str(value) or "$" in str(value) for value in options.values()):
-            return None  # a path the node expands
+        if expanded_on_node(options.values()):
+            return None
         validated = ArgumentSpecValidator(DECISION_SPEC).validate(options)
         if validated.error_messages:
             return None  # the module fails with its own message

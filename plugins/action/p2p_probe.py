@@ -20,6 +20,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import merge_hash
 
+from lingbot_fleet.ansible_data import expanded_on_node
 from lingbot_fleet.ansible_data import plain_data as plain
 from lingbot_fleet.probe import (
     LATEST_NAME,
@@ -44,7 +45,7 @@ class ActionModule(ActionBase):
         args = plain(self._task.args)
         if self._task.delegate_to or self._task.async_val:
             return None
-        if any(("~" in str(args.get(name)) or "$" in str(args.get(name))) for name in NODE_PATHS):
+        if expanded_on_node(args.get(name) for name in NODE_PATHS):
             return None
         validated = ArgumentSpecValidator(PROBE_ARGUMENT_SPEC).validate(args)
         if validated.error_messages:

@@ -27,6 +27,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
 from lingbot_fleet import nodeapp, receipts
+from lingbot_fleet.ansible_data import expanded_on_node
 from lingbot_fleet.ansible_data import plain_data as plain
 from lingbot_fleet.monitor.install_options import (
     INSTALL_ARGUMENT_SPEC,
@@ -58,8 +59,8 @@ class ActionModule(ActionBase):
         if self._task.delegate_to or self._task.async_val:
             return None
         options = {key: value for key, value in plain(args).items() if key in INSTALL_ARGUMENT_SPEC}
-        if any("~" in str(value) or "$" in str(value) for value in options.values()):
-            return None  # a path the node expands
+        if expanded_on_node(options.values()):
+            return None
         validated = ArgumentSpecValidator(INSTALL_ARGUMENT_SPEC).validate(options)
         if validated.error_messages:
             return None  # the module fails with its own message

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 
@@ -18,3 +18,9 @@ def plain_data(value: Any) -> Any:
         if isinstance(value, kind):
             return kind(value)
     return value
+
+
+def expanded_on_node(values: Iterable[Any]) -> bool:
+    """Whether a value holds ``~`` or ``$``: a path option the node expands (its home, its
+    environment), which an action plugin must not decide on the controller."""
+    return any("~" in str(value) or "$" in str(value) for value in values)

@@ -38,6 +38,27 @@ ENABLED_STATES = ("enabled", "static", "generated", "alias", "indirect")
 MASKED_STATES = ("masked", "masked-runtime")
 
 
+# The nvidia_persistence module's options (without the generation ones), for the module
+# and for its action plugin, which answers from gpu_facts' reading with the same defaults.
+DEFAULT_UNIT = "nvidia-persistenced.service"
+DEFAULT_DROPIN_DIR = "/etc/systemd/system/nvidia-persistenced.service.d"
+ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
+    "unit": {"type": "str", "default": DEFAULT_UNIT},
+    "dropin_dir": {"type": "path", "default": DEFAULT_DROPIN_DIR},
+    "verify": {"type": "bool", "default": True},
+    "verify_retries": {"type": "int", "default": 10},
+    "verify_delay_s": {"type": "float", "default": 1},
+    "nvml": {"type": "str", "choices": ["auto", "off"], "default": "auto"},
+    "nvml_python_path": {"type": "list", "elements": "str", "default": []},
+    "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+    "systemctl": {"type": "str", "default": "systemctl"},
+    "uvm_at_boot": {"type": "bool", "default": True},
+    "root": {"type": "path", "default": "/"},
+}
+# What the controller's answer depends on (controller_answer).
+DECISION_OPTIONS = ("unit", "dropin_dir", "verify", "uvm_at_boot", "root")
+
+
 class PersistenceError(Exception):
     """The unit or the GPUs cannot be read; str() names the object and the fix."""
 

@@ -453,6 +453,8 @@ def test_module_documentation_parses_and_names_every_option(module_path: str) ->
     }
     spec = source.split("argument_spec={")[1].split("supports_check_mode")[0]
     in_spec = dict(re.findall(r'"(\w+)": \{\s*"type": "(\w+)"', spec))
+    if "**persistence.ARGUMENT_SPEC" in spec:  # the options nvidia_persistence shares
+        in_spec |= {name: option["type"] for name, option in persistence.ARGUMENT_SPEC.items()}
     documented = {
         name: option["type"] for name, option in blocks["DOCUMENTATION"]["options"].items()
     }

@@ -154,6 +154,7 @@ from ansible.module_utils.lingbot_fleet.facts import FACT_NAME, gather_facts
 from ansible.module_utils.lingbot_fleet.facts.nvml import find_pynvml
 from ansible.module_utils.lingbot_fleet.nodefiles import NodeChanges
 from ansible.module_utils.lingbot_fleet.persistence import (
+    DEFAULT_DROPIN_DIR,
     STATE_FACT_NAME,
     assess,
     parse_show,
@@ -224,10 +225,7 @@ def run_module() -> None:
             "saved_probe_dir": {"type": "path", "default": DEFAULT_SAVE_DIR},
             "receipts": {"type": "bool", "default": False},
             "persistence_unit": {"type": "str"},
-            "persistence_dropin_dir": {
-                "type": "path",
-                "default": "/etc/systemd/system/nvidia-persistenced.service.d",
-            },
+            "persistence_dropin_dir": {"type": "path", "default": DEFAULT_DROPIN_DIR},
             "persistence_uvm_at_boot": {"type": "bool", "default": True},
         },
         required_by={"pynvml_sha1": "pynvml_venv"},

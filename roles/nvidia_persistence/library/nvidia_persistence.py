@@ -245,20 +245,7 @@ def verify(module: AnsibleModule, changes: NodeChanges, started: bool, result: d
 def run_module() -> None:
     module = AnsibleModule(
         argument_spec={
-            "unit": {"type": "str", "default": "nvidia-persistenced.service"},
-            "dropin_dir": {
-                "type": "path",
-                "default": "/etc/systemd/system/nvidia-persistenced.service.d",
-            },
-            "verify": {"type": "bool", "default": True},
-            "verify_retries": {"type": "int", "default": 10},
-            "verify_delay_s": {"type": "float", "default": 1},
-            "nvml": {"type": "str", "choices": ["auto", "off"], "default": "auto"},
-            "nvml_python_path": {"type": "list", "elements": "str", "default": []},
-            "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
-            "systemctl": {"type": "str", "default": "systemctl"},
-            "uvm_at_boot": {"type": "bool", "default": True},
-            "root": {"type": "path", "default": "/"},
+            **persistence.ARGUMENT_SPEC,
             **GENERATION_ARGUMENT_SPEC,
         },
         supports_check_mode=True,
