@@ -18,6 +18,13 @@ Another run finding the lock:
   elsewhere). The owner's open generation is then committed as incomplete by the caller,
   never thrown away.
 
+A controller that dies does not stop the module it had started on the node: the module
+runs on and finishes its changes. So the module process that holds the lock also holds
+``flock`` on the generations directory itself until it gives the lock back or exits (the
+kernel lets go of it then, however the process ends). A run taking the lock over waits,
+up to ``wait_s``, for that module to end, and refuses naming it if it does not: two
+module processes never change one node's files at once.
+
 The read-modify-write of the lock file happens under ``flock`` on a sibling file, so two
 module calls that race for it see one winner.
 """
@@ -39,6 +46,13 @@ from .runs import controller_of
 LOCK_FILE = "lock.json"
 GUARD_FILE = ".lock.guard"
 DEFAULT_TTL_S = 3600
+# How long a run taking the lock waits for a module of the run before it to end.
+DEFAULT_WAIT_S = 180.0
+_POLL_S = 0.25
+
+# This process's descriptors holding a generations directory (one per directory):
+# flock belongs to the open file, so the process reuses its own instead of blocking itself.
+_active_descriptors: dict[str, int] = {}
 
 
 class LockedError(Exception):
@@ -68,6 +82,29 @@ def _guard(path: str) -> Iterator[None]:
         fcntl.flock(descriptor, fcntl.LOCK_EX)
         yield
     finally:
+        os.close(descriptor)
+
+
+def _hold_active(generations_dir_real: str) -> bool:
+    """Hold the directory for this process; False while another process holds it."""
+    descriptor = _active_descriptors.get(generations_dir_real)
+    if descriptor is None:
+        # The directory, not a file in it: holding it leaves nothing on the node. Not
+        # inherited (O_CLOEXEC): a command the module starts must not keep it held.
+        descriptor = os.open(generations_dir_real, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        if generations_dir_real not in _active_descriptors:
+            os.close(descriptor)
+        return False
+    _active_descriptors[generations_dir_real] = descriptor
+    return True
+
+
+def _let_go_of_active(generations_dir_real: str) -> None:
+    descriptor = _active_descriptors.pop(generations_dir_real, None)
+    if descriptor is not None:
         os.close(descriptor)
 
 
@@ -112,9 +149,36 @@ def take(
     *,
     live_runs: Sequence[str] | None = None,
     ttl_s: float = DEFAULT_TTL_S,
+    wait_s: float = DEFAULT_WAIT_S,
     now: float | None = None,
 ) -> Taken:
-    """Hold the lock for ``run_id`` (again, or for the first time); LockedError when busy."""
+    """Hold the lock for ``run_id`` (again, or for the first time); LockedError when busy.
+
+    Waits up to ``wait_s`` while a module process of another run (or of this one) is
+    still changing the node, although its run is gone or done.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        taken, waiting_for = _try_take(generations_dir_real, run_id, live_runs, ttl_s, now)
+        if taken is not None:
+            return taken
+        if time.monotonic() >= deadline:
+            raise LockedError(
+                f"a toolkit module is still changing this node ({waiting_for}) and did not end "
+                f"within {wait_s:.0f} s. Wait for it to end (ps -p <pid> on the node) and run "
+                "again; nothing was touched"
+            )
+        time.sleep(_POLL_S)
+
+
+def _try_take(
+    generations_dir_real: str,
+    run_id: str,
+    live_runs: Sequence[str] | None,
+    ttl_s: float,
+    now: float | None,
+) -> tuple[Taken | None, str]:
+    """The lock taken, or None and the module process still busy on the node."""
     moment = time.time() if now is None else now
     lock_path, guard_path = _lock_paths(generations_dir_real)
     with _guard(guard_path):
@@ -135,6 +199,10 @@ def take(
                     "committed as incomplete"
                 )
             taken = Taken(replaced_run=str(current["run_id"]), replaced_reason=reason)
+        if not _hold_active(generations_dir_real):
+            if current is None:
+                return None, "a module that is giving the lock back"
+            return None, f"run {current['run_id']}, module pid {current.get('pid', 'unknown')}"
         fresh = current is None or taken.replaced_run is not None
         started = moment if fresh else current.get("started_epoch")
         write_json_atomic(
@@ -148,7 +216,7 @@ def take(
             mode=0o600,
             dir_mode=0o700,
         )
-        return taken
+        return taken, ""
 
 
 def release(generations_dir_real: str, run_id: str) -> bool:
@@ -159,4 +227,5 @@ def release(generations_dir_real: str, run_id: str) -> bool:
         if current is None or current.get("run_id") != run_id:
             return False
         os.unlink(lock_path)
+        _let_go_of_active(generations_dir_real)
         return True

@@ -284,7 +284,19 @@ def test_a_rollback_undoes_what_a_gone_run_left_open(tmp_path: Path) -> None:
     # A run that saved and wrote its file, then died before its commit (and holds the lock).
     recorded = ansible(root, {"action": "record", "run_id": gone, "paths": [GRUB]})
     assert recorded["recorded"] == [GRUB]
-    runlock.take(str(root / GDIR.lstrip("/")), gone)
+    # Its module took the lock and ended (a module holds the node only while it runs).
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from lingbot_fleet.runlock import take; take(sys.argv[1], sys.argv[2])",
+            str(root / GDIR.lstrip("/")),
+            gone,
+        ],
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "python")},
+    )
+    assert runlock.read_lock(str(root / GDIR.lstrip("/")))["run_id"] == gone
     (root / "etc/default/grub").write_text('GRUB_CMDLINE_LINUX="quiet iommu=pt"\n')
     done = ansible(
         root,

@@ -60,6 +60,59 @@ def test_a_run_of_another_controller_is_taken_over_only_after_the_ttl(tmp_path: 
     assert taken.replaced_reason == "it changed nothing for 3601 s (more than 3600 s)"
 
 
+def _module_holding_the_lock(directory: Path, run_id: str) -> subprocess.Popen[str]:
+    """Another process, as a module of ``run_id`` on the node, that holds the lock."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from lingbot_fleet.runlock import take; "
+            "take(sys.argv[1], sys.argv[2]); print('held', flush=True); time.sleep(60)",
+            str(directory),
+            run_id,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "python")},
+    )
+    assert holder.stdout is not None
+    assert holder.stdout.readline() == "held\n"
+    return holder
+
+
+def test_a_gone_run_whose_module_still_runs_is_waited_for(tmp_path: Path) -> None:
+    # The controller of OTHER_LIVE is gone (not in live_runs), but the module it started
+    # still runs on the node: taking over now would change files under its hands.
+    holder = _module_holding_the_lock(tmp_path, OTHER_LIVE)
+    try:
+        with pytest.raises(LockedError) as refused:
+            take(str(tmp_path), MINE, live_runs=[MINE], wait_s=0.5)
+        assert str(refused.value).startswith(
+            "a toolkit module is still changing this node "
+            f"(run {OTHER_LIVE}, module pid {holder.pid}) and did not end within 0 s."
+        )
+        assert read_lock(str(tmp_path))["run_id"] == OTHER_LIVE
+    finally:
+        holder.kill()
+        holder.wait()
+    # Killed, its hold ends with it: the next take goes through at once.
+    taken = take(str(tmp_path), MINE, live_runs=[MINE], wait_s=0.0)
+    assert taken.replaced_run == OTHER_LIVE
+    assert read_lock(str(tmp_path))["run_id"] == MINE
+
+
+def test_a_run_waits_for_the_module_before_it_to_end(tmp_path: Path) -> None:
+    holder = _module_holding_the_lock(tmp_path, OTHER_LIVE)
+    ender = subprocess.Popen(["sh", "-c", f"sleep 0.6; kill {holder.pid}"])
+    try:
+        taken = take(str(tmp_path), MINE, live_runs=[MINE], wait_s=30)
+    finally:
+        ender.wait()
+        holder.wait()
+    assert taken.replaced_run == OTHER_LIVE
+    assert holder.returncode == -15
+
+
 def test_a_damaged_lock_file_names_itself(tmp_path: Path) -> None:
     (tmp_path / "lock.json").write_text("{not json")
     with pytest.raises(LockedError, match=r"lock\.json cannot be read"):
