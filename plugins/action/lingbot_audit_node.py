@@ -1,7 +1,8 @@
 """Action plugin lingbot_audit_node: one module call on the node, the rest on the controller.
 
 Runs the lingbot_audit_node module (roles/fleet_audit/library) once, then, in the same
-worker on the controller, evaluates what it read: link and NUMA findings, the plan the
+worker on the controller, completes what it read (the boot files parsed, the generations
+checked: lingbot_fleet.audit.node_document) and evaluates it: link and NUMA findings, the plan the
 node would get, drift of the deployed LingBot configs, the pending reboot (see
 lingbot_fleet.audit.evaluate). Policy comes from the host's variables, with the roles'
 defaults for what the inventory leaves unset, so the audit judges by the same policy as
@@ -22,6 +23,7 @@ if str(_REPO / "python") not in sys.path:
     sys.path.insert(0, str(_REPO / "python"))
 
 from lingbot_fleet.audit.evaluate import AuditPolicy, evaluate_node  # noqa: E402
+from lingbot_fleet.audit.node_document import complete_node  # noqa: E402
 from lingbot_fleet.cmdline import PolicyError  # noqa: E402
 from lingbot_fleet.plan import PlanInputError  # noqa: E402
 from lingbot_fleet.policy import check_policy, load_role_specs  # noqa: E402
@@ -82,7 +84,7 @@ class ActionModule(ActionBase):
             return {**result, **node_result, "failed": True}
         try:
             policy = AuditPolicy.from_vars(self._policy_vars(task_vars))
-            record = evaluate_node(node_result["node"], policy, fresh_probe)
+            record = evaluate_node(complete_node(node_result["node"]), policy, fresh_probe)
         except (PolicyError, PlanInputError, ValueError, TypeError) as error:
             result.update(
                 failed=True,

@@ -12,7 +12,7 @@ import glob
 import os
 from collections.abc import Callable
 
-from .grub import BLS_ENTRIES_DIR
+from .bootfiles import BLS_ENTRIES_DIR
 
 FindBin = Callable[[str], "str | None"]
 DEBIAN_IDS = frozenset({"debian", "ubuntu"})

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import atomic, lingbot_layout
+from .generation_snapshot import is_generation_name, sha256_of
 
 SCHEMA = 1
 DEFAULT_GENERATIONS_DIR = "/var/lib/lingbot-fleet/generations"
@@ -185,14 +186,6 @@ class FileState:
             other.uid,
             other.gid,
         )
-
-
-def sha256_of(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(_CHUNK_BYTES), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _name_of_uid(uid: int) -> str:
@@ -413,13 +406,33 @@ class CommitResult:
         }
 
 
-def generation_numbers(generations_dir: str, root: str = "/") -> list[int]:
+class GenerationReader:
+    """Where generations are read from: the node's disk. The audit reads them on the node
+    and checks them on the controller through ``generation_snapshot.SnapshotReader``,
+    which answers the same three calls from what the node sent."""
+
+    def listdir(self, path: str) -> list[str]:
+        return os.listdir(path)
+
+    def read_json(self, path: str) -> Any:
+        return _read_json(path)
+
+    def sha256(self, path: str) -> str:
+        return sha256_of(path)
+
+
+DISK = GenerationReader()
+
+
+def generation_numbers(
+    generations_dir: str, root: str = "/", reader: GenerationReader = DISK
+) -> list[int]:
     base = on_root(root, generations_dir)
     try:
-        names = os.listdir(base)
+        names = reader.listdir(base)
     except FileNotFoundError:
         return []
-    return sorted(int(name) for name in names if name.isdigit() and not name.startswith("0"))
+    return sorted(int(name) for name in names if is_generation_name(name))
 
 
 def _read_optional_text(path: str) -> str | None:
@@ -651,12 +664,14 @@ def _manifest_error(manifest_path: str, problem: str) -> GenerationError:
     )
 
 
-def load_generation(generations_dir: str, number: int, root: str = "/") -> Generation:
+def load_generation(
+    generations_dir: str, number: int, root: str = "/", reader: GenerationReader = DISK
+) -> Generation:
     """Read and check generation ``number``: manifest shape and saved copies' checksums."""
     directory = on_root(root, os.path.join(generations_dir, str(number)))
     manifest_path = os.path.join(directory, MANIFEST)
     try:
-        manifest = _read_json(manifest_path)
+        manifest = reader.read_json(manifest_path)
     except FileNotFoundError as error:
         raise GenerationError(
             f"generation {number} does not exist ({manifest_path} is missing); nothing was "
@@ -697,7 +712,7 @@ def load_generation(generations_dir: str, number: int, root: str = "/") -> Gener
         if os.path.normpath(saved_real) != saved_real or not saved_real.startswith(directory):
             raise _manifest_error(manifest_path, f"saved copy {change.saved!r} is outside it")
         try:
-            actual = sha256_of(saved_real)
+            actual = reader.sha256(saved_real)
         except OSError as error:
             raise GenerationError(
                 f"generation {number}: the saved copy of {change.path} cannot be read "
@@ -720,12 +735,15 @@ def load_generation(generations_dir: str, number: int, root: str = "/") -> Gener
     return Generation(number, directory, manifest, tuple(changes), tuple(enabled))
 
 
-def list_generations(generations_dir: str, root: str = "/") -> list[dict[str, Any]]:
+def list_generations(
+    generations_dir: str, root: str = "/", reader: GenerationReader = DISK
+) -> list[dict[str, Any]]:
     """Every generation's summary, oldest first; a damaged one carries its error."""
     rows = []
-    for number in generation_numbers(generations_dir, root):
+    for number in generation_numbers(generations_dir, root, reader):
         try:
-            rows.append({**load_generation(generations_dir, number, root).summary(), "ok": True})
+            generation = load_generation(generations_dir, number, root, reader)
+            rows.append({**generation.summary(), "ok": True})
         except GenerationError as error:
             rows.append({"generation": number, "ok": False, "error": str(error)})
     return rows

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .bootfiles import BLS_ENTRIES_DIR, BLS_GRUBENV_PATHS, GRUB_CFG_PATHS
 from .cmdline import (
     COMMA_LIST_PARAMS,
     CmdlinePolicy,
@@ -43,10 +44,8 @@ from .cmdline import (
 )
 
 CMDLINE_VARS = ("GRUB_CMDLINE_LINUX", "GRUB_CMDLINE_LINUX_DEFAULT")
-DEFAULT_GRUB_PATH = "/etc/default/grub"
 # RHEL 9: the arguments kernel-install gives every new kernel's BLS entry.
 KERNEL_CMDLINE_PATH = "/etc/kernel/cmdline"
-GRUB_D_DIR = "/etc/default/grub.d"
 DROPIN_HEADER = (
     "# Managed by lingbot-fleet (role kernel_cmdline): kernel parameters it adds.\n"
     "# Set them in the inventory (kernel_cmdline_present), not here.\n"
@@ -903,9 +902,6 @@ def sourcing_order(paths: Iterable[str]) -> list[str]:
 #   in ``NextBoot.boot_time``, so they never make a reboot pending nor a grub.cfg stale;
 # * a variable nobody defines expands to nothing, as in grub.
 
-GRUB_CFG_PATHS = ("/boot/grub/grub.cfg", "/boot/grub2/grub.cfg")
-BLS_ENTRIES_DIR = "/boot/loader/entries"
-BLS_GRUBENV_PATHS = ("/boot/grub2/grubenv", "/boot/grub/grubenv")
 _LINUX_COMMANDS = frozenset({"linux", "linuxefi", "linux16"})
 _GRUB_REFERENCE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 _MAX_EXPANSION_DEPTH = 8

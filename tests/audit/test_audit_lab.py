@@ -16,7 +16,7 @@ from facts_support import LAB_SMI, REPO_ROOT, LabNode, boot_lab_node, load_profi
 
 from lingbot_fleet.audit.cli import add_audit_parser
 from lingbot_fleet.audit.evaluate import AuditPolicy, evaluate_node
-from lingbot_fleet.audit.node import collect_node
+from lingbot_fleet.audit.node_document import collect_node
 
 ANSIBLE = REPO_ROOT / ".venv" / "bin" / "ansible"
 NODE_PYTHON = Path("/usr/bin/python3")

@@ -1,5 +1,8 @@
 """What the audit reads on one node, in one module call. Stdlib only; reads, never writes.
 
+Only reading runs here; what needs parsing beyond JSON (the boot files, the generations'
+checks) is done on the controller from what this sends (``audit.node_document``).
+
 Every section is collected on its own: a section that cannot be read carries an `error`
 and the others still come back, so one broken file never hides the rest of the node.
 """
@@ -13,17 +16,9 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..cmdline import split_words
+from ..bootfiles import read_boot_files
 from ..facts import gather_facts
-from ..generations import list_generations
-from ..grub import (
-    DEFAULT_GRUB_PATH,
-    GRUB_D_DIR,
-    configured_params,
-    next_boot,
-    parse_grub_file,
-    sourcing_order,
-)
+from ..generation_snapshot import read_generations
 
 NODE_SCHEMA_VERSION = 1
 DEFAULT_PROBE_PATH = "/var/lib/lingbot-fleet/probe/latest.json"
@@ -55,29 +50,10 @@ def _section(collect: Callable[[], Any]) -> Any:
 
 
 # --- kernel command line ---------------------------------------------------------------
-
-
-def next_boot_args(root: str) -> dict[str, Any]:
-    """The parameters the next boot gets (grub.next_boot: the default BLS entry, else
-    grub.cfg's default entry, grub's variables expanded)."""
-    boot = next_boot(root)
-    return {"source": boot.source, "args": list(boot.args) if boot.args is not None else None}
-
-
-def grub_defaults_args(root: str) -> list[str] | None:
-    """GRUB_CMDLINE_LINUX then _DEFAULT after sourcing /etc/default/grub and grub.d/*.cfg."""
-    paths = []
-    if os.path.exists(on_root(root, DEFAULT_GRUB_PATH)):
-        paths.append(DEFAULT_GRUB_PATH)
-    for found in glob.glob(os.path.join(on_root(root, GRUB_D_DIR), "*.cfg")):
-        paths.append(os.path.join(GRUB_D_DIR, os.path.basename(found)))
-    if not paths:
-        return None
-    files = [
-        parse_grub_file(path, read_text(on_root(root, path)) or "")
-        for path in sourcing_order(paths)
-    ]
-    return [param.render() for param in configured_params(files)]
+#
+# The node sends its boot files' text; the controller parses them (audit.node_document):
+# the grub parsers are the largest code the toolkit has, and a read-only call need not
+# compile them on every node.
 
 
 def cpu_vendor(root: str) -> str | None:
@@ -88,16 +64,8 @@ def cpu_vendor(root: str) -> str | None:
     return None
 
 
-def kernel_section(root: str) -> dict[str, Any]:
-    running = read_text(on_root(root, "/proc/cmdline"))
-    next_boot = next_boot_args(root)
-    return {
-        "running": split_words(running.strip()) if running is not None else None,
-        "next_boot": next_boot["args"],
-        "next_boot_source": next_boot["source"],
-        "grub_defaults": _section(lambda: grub_defaults_args(root)),
-        "cpu_vendor": cpu_vendor(root),
-    }
+def kernel_files(root: str) -> dict[str, Any]:
+    return {"boot_files": read_boot_files(root), "cpu_vendor": cpu_vendor(root)}
 
 
 # --- probe, LingBot, generations -------------------------------------------------------
@@ -127,7 +95,7 @@ def lingbot_section(root: str, lingbot_dir: str, plan_path: str) -> dict[str, An
     return {"configs": configs, "plan": _section(lambda: read_json_file(on_root(root, plan_path)))}
 
 
-def collect_node(
+def read_node(
     *,
     root: str = "/",
     nvml: str = "auto",
@@ -138,7 +106,9 @@ def collect_node(
     plan_path: str = DEFAULT_PLAN_PATH,
     generations_dir: str = DEFAULT_GENERATIONS_DIR,
 ) -> dict[str, Any]:
-    """Everything the audit needs from the node; docs/audit.md lists the keys."""
+    """What the audit reads on the node, as it is: the facts, the probe and LingBot's files,
+    with the kernel and generations sections still raw (``audit.node_document`` completes
+    them on the controller into the document docs/audit.md describes)."""
     return {
         "schema_version": NODE_SCHEMA_VERSION,
         "facts": _section(
@@ -146,9 +116,9 @@ def collect_node(
                 root=root, nvml=nvml, nvml_python_path=nvml_python_path, smi_command=smi_command
             )
         ),
-        "kernel": _section(lambda: kernel_section(root)),
+        "kernel": _section(lambda: kernel_files(root)),
         "probe": _section(lambda: read_json_file(on_root(root, probe_path))),
         "probe_path": probe_path,
         "lingbot": _section(lambda: lingbot_section(root, lingbot_dir, plan_path)),
-        "generations": _section(lambda: list_generations(generations_dir, root)),
+        "generations": _section(lambda: read_generations(generations_dir, root)),
     }

@@ -12,6 +12,10 @@ description:
     facts (as gpu_facts gathers them), the running kernel command line, the parameters the
     next boot gets (default BLS entry, else grub.cfg) and the grub defaults, the last saved
     probe result, the deployed LingBot configs and plan.json, and the generations list.
+  - The node only reads. The boot files are sent as text and the generations as their
+    manifests and saved copies' checksums; the action plugin parses and checks them on the
+    controller, with the same code as on the node (lingbot_fleet.audit.node_document), so
+    a node never compiles the grub parsers for a read-only call.
   - Changes nothing, in check mode or not. A section that cannot be read carries an
     C(error) and the other sections still come back.
   - Paired with the action plugin of the same name, which evaluates the result on the
@@ -69,17 +73,18 @@ EXAMPLES = r"""
 RETURN = r"""
 node:
   description: >-
-    schema_version, facts (docs/facts.md), kernel (running, next_boot, next_boot_source,
-    grub_defaults, cpu_vendor), probe (docs/probe.md or null), probe_path, lingbot
-    (configs {instance: {path, sha256, text}}, plan), generations (summaries); any
-    section may be {error}.
+    schema_version, facts (docs/facts.md), kernel (boot_files {node path: text},
+    cpu_vendor), probe (docs/probe.md or null), probe_path, lingbot (configs {instance:
+    {path, sha256, text}}, plan), generations (the listing, manifests and checksums the
+    action plugin checks); any section may be {error}. The action plugin returns the
+    completed document (docs/audit.md) evaluated, as C(audit).
   returned: always
   type: dict
 """
 
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.lingbot_fleet.audit.node import collect_node
+from ansible.module_utils.lingbot_fleet.audit.node import read_node
 
 
 def run_module() -> None:
@@ -99,7 +104,7 @@ def run_module() -> None:
     params = module.params
     paths = params["nvml_python_path"]
     smi = module.get_bin_path(params["nvidia_smi"]) or params["nvidia_smi"]
-    node = collect_node(
+    node = read_node(
         root=params["root"],
         nvml=params["nvml"],
         nvml_python_path=paths,

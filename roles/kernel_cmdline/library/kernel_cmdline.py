@@ -291,6 +291,11 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.lingbot_fleet import bootloader
+from ansible.module_utils.lingbot_fleet.bootfiles import (
+    BLS_ENTRIES_DIR,
+    DEFAULT_GRUB_PATH,
+    GRUB_D_DIR,
+)
 from ansible.module_utils.lingbot_fleet.cmdline import (
     CmdlinePolicy,
     KernelParam,
@@ -308,9 +313,6 @@ from ansible.module_utils.lingbot_fleet.cmdline import (
 )
 from ansible.module_utils.lingbot_fleet.generations import GenerationError, pending_dir
 from ansible.module_utils.lingbot_fleet.grub import (
-    BLS_ENTRIES_DIR,
-    DEFAULT_GRUB_PATH,
-    GRUB_D_DIR,
     KERNEL_CMDLINE_PATH,
     GrubEditError,
     GrubFile,

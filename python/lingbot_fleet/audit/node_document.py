@@ -1,0 +1,111 @@
+"""The node document the audit judges, completed on the controller from what the node read.
+
+``audit.node.read_node`` runs on the node and sends its boot files' text and its
+generations' manifests and checksums as they are; here the grub parsers read those boot
+files from a scratch root laid out like the node's, and ``generations.list_generations``
+checks the generations through ``generation_snapshot.SnapshotReader``: the same functions
+as on the node, with the same results. docs/audit.md lists the document's keys.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..bootfiles import DEFAULT_GRUB_PATH, GRUB_D_DIR, write_boot_files
+from ..cmdline import split_words
+from ..generation_snapshot import SnapshotReader
+from ..generations import list_generations
+from ..grub import configured_params, next_boot, parse_grub_file, sourcing_order
+from .node import on_root, read_node, read_text
+
+
+def _section(complete: Callable[[], Any]) -> Any:
+    try:
+        return complete()
+    except Exception as error:  # as audit.node: one section's failure is reported
+        return {"error": f"{type(error).__name__}: {error}"}
+
+
+def grub_defaults_args(root: str) -> list[str] | None:
+    """GRUB_CMDLINE_LINUX then _DEFAULT after sourcing /etc/default/grub and grub.d/*.cfg."""
+    paths = []
+    if os.path.exists(on_root(root, DEFAULT_GRUB_PATH)):
+        paths.append(DEFAULT_GRUB_PATH)
+    for found in glob.glob(os.path.join(on_root(root, GRUB_D_DIR), "*.cfg")):
+        paths.append(os.path.join(GRUB_D_DIR, os.path.basename(found)))
+    if not paths:
+        return None
+    files = [
+        parse_grub_file(path, read_text(on_root(root, path)) or "")
+        for path in sourcing_order(paths)
+    ]
+    return [param.render() for param in configured_params(files)]
+
+
+def kernel_section(root: str, cpu_vendor: str | None) -> dict[str, Any]:
+    """The running command line, what the next boot gets (grub.next_boot: the default BLS
+    entry, else grub.cfg's default entry, grub's variables expanded) and what the grub
+    defaults files configure, read under ``root``."""
+    running = read_text(on_root(root, "/proc/cmdline"))
+    boot = next_boot(root)
+    return {
+        "running": split_words(running.strip()) if running is not None else None,
+        "next_boot": list(boot.args) if boot.args is not None else None,
+        "next_boot_source": boot.source,
+        "grub_defaults": _section(lambda: grub_defaults_args(root)),
+        "cpu_vendor": cpu_vendor,
+    }
+
+
+def _kernel(read: dict[str, Any]) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="lingbot-boot-") as scratch:
+        write_boot_files(read["boot_files"], scratch)
+        return kernel_section(scratch, read.get("cpu_vendor"))
+
+
+def _generations(read: dict[str, Any]) -> list[dict[str, Any]]:
+    return list_generations(read["generations_dir"], read["root"], SnapshotReader(read))
+
+
+def complete_node(read: dict[str, Any]) -> dict[str, Any]:
+    """``read_node``'s result with its kernel and generations sections completed (a
+    section the node could not read keeps its error)."""
+    node = dict(read)
+    for key, complete in (("kernel", _kernel), ("generations", _generations)):
+        section = read.get(key)
+        if isinstance(section, dict) and "error" not in section:
+            node[key] = _section(lambda complete=complete, section=section: complete(section))
+    return node
+
+
+def collect_node(
+    *,
+    root: str = "/",
+    nvml: str = "auto",
+    nvml_python_path: Sequence[str] = (),
+    smi_command: Sequence[str] = ("nvidia-smi",),
+    probe_path: str | None = None,
+    lingbot_dir: str | None = None,
+    plan_path: str | None = None,
+    generations_dir: str | None = None,
+) -> dict[str, Any]:
+    """Read and complete in one process (a node audited from its own shell, the tests)."""
+    options = {
+        "probe_path": probe_path,
+        "lingbot_dir": lingbot_dir,
+        "plan_path": plan_path,
+        "generations_dir": generations_dir,
+    }
+    return complete_node(
+        read_node(
+            root=root,
+            nvml=nvml,
+            nvml_python_path=nvml_python_path,
+            smi_command=smi_command,
+            **{key: value for key, value in options.items() if value is not None},
+        )
+    )

@@ -1,0 +1,91 @@
+"""The files that decide a node's kernel command line, and reading them as they are.
+
+Stdlib only: runs on nodes (shipped as ``ansible.module_utils.lingbot_fleet.bootfiles``).
+``lingbot_fleet.grub`` parses these files; this module names them and copies their text,
+so a read-only caller (the audit) reads a node's boot files in its one module call and
+parses them on the controller: ``read_boot_files`` on the node, ``write_boot_files`` into
+a scratch root there, and the grub functions run on that root exactly as on the node.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+PROC_CMDLINE = "/proc/cmdline"
+DEFAULT_GRUB_PATH = "/etc/default/grub"
+GRUB_D_DIR = "/etc/default/grub.d"
+GRUB_CFG_PATHS = ("/boot/grub/grub.cfg", "/boot/grub2/grub.cfg")
+BLS_ENTRIES_DIR = "/boot/loader/entries"
+BLS_GRUBENV_PATHS = ("/boot/grub2/grubenv", "/boot/grub/grubenv")
+# No boot file comes near this; one that does is not a boot file.
+MAX_BOOT_FILE_BYTES = 1 << 20
+
+
+class BootFileError(ValueError):
+    """A boot file that cannot be read as text; str() names it."""
+
+
+def _on_root(root: str, path: str) -> str:
+    return root.rstrip("/") + "/" + path.lstrip("/")
+
+
+def boot_file_paths(root: str = "/") -> list[str]:
+    """Every node path the kernel command line is read from: /proc/cmdline, the grub
+    defaults files, grub.cfg and the grubenv beside it, the BLS entries and their grubenv."""
+    paths = [PROC_CMDLINE, DEFAULT_GRUB_PATH]
+    # As their readers list them: the shell's glob for grub.d (no dot files), grub's
+    # blscfg every *.conf.
+    found = glob.glob(os.path.join(glob.escape(_on_root(root, GRUB_D_DIR)), "*.cfg"))
+    paths += sorted(os.path.join(GRUB_D_DIR, os.path.basename(f)) for f in found)
+    try:
+        names = os.listdir(_on_root(root, BLS_ENTRIES_DIR))
+    except (FileNotFoundError, NotADirectoryError):
+        names = []
+    paths += sorted(f"{BLS_ENTRIES_DIR}/{name}" for name in names if name.endswith(".conf"))
+    grubenvs = [path.rsplit("/", 1)[0] + "/grubenv" for path in GRUB_CFG_PATHS]
+    paths += list(GRUB_CFG_PATHS)
+    paths += [path for path in (*BLS_GRUBENV_PATHS, *grubenvs) if path not in paths]
+    return paths
+
+
+def read_boot_files(root: str = "/") -> dict[str, str]:
+    """{node path: text} of the boot files that read as files (through links, as grub
+    and the node follow them); a missing one, or a link to nothing, is left out.
+
+    Newlines are kept as they are (CRLF included); undecodable bytes become U+FFFD.
+    Raises BootFileError for a file that exists but cannot be read, or is too large.
+    """
+    files = {}
+    for path in boot_file_paths(root):
+        real = _on_root(root, path)
+        try:
+            with open(real, encoding="utf-8", errors="replace", newline="") as handle:
+                text = handle.read(MAX_BOOT_FILE_BYTES + 1)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except IsADirectoryError:
+            # A grubenv link to a directory is no grubenv (grub skips it); a grub.cfg
+            # or defaults file that is a directory is an error the parse reports.
+            if path.endswith("/grubenv"):
+                continue
+            raise BootFileError(f"{real} is a directory, not a file") from None
+        except OSError as error:
+            raise BootFileError(f"{real} cannot be read ({error.strerror or error})") from error
+        if len(text) > MAX_BOOT_FILE_BYTES:
+            raise BootFileError(
+                f"{real} is larger than {MAX_BOOT_FILE_BYTES} bytes; it is no boot file"
+            )
+        files[path] = text
+    return files
+
+
+def write_boot_files(files: dict[str, str], root: str) -> None:
+    """Lay out what ``read_boot_files`` returned under ``root`` (a scratch directory)."""
+    for path, text in files.items():
+        if not path.startswith("/") or ".." in path.split("/"):
+            raise BootFileError(f"{path!r} is not an absolute node path")
+        real = _on_root(root, path)
+        os.makedirs(os.path.dirname(real), exist_ok=True)
+        with open(real, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
