@@ -29,7 +29,10 @@ $(VENV)/.installed: pyproject.toml | apt-packages
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
+# Every Ansible worker imports python/lingbot_fleet afresh: compiled once here (only what
+# changed), so no worker compiles it again, even where PYTHONDONTWRITEBYTECODE is set.
 setup: apt-packages $(VENV)/.installed
+	@$(BIN)/python -m compileall -q python plugins
 
 # promtool (Debian package prometheus) checks the monitor's metrics in a unit test. The
 # package is unpacked, not installed, so no Prometheus server is set up on this machine.

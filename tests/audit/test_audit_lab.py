@@ -195,3 +195,27 @@ def test_missing_inventory_exits_3(tmp_path: Path, capsys: Any) -> None:
     )
     assert args.func(args) == 3
     assert "does not exist; pass -i with an inventory file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("inventory", "message"),
+    [
+        ("all:\n  hosts:\n    elsewhere:\n", "no host of group gpu-nodes in "),
+        # Ansible only warns about a source it cannot parse: the warning names it.
+        ("all: [unclosed\n", "Failed to parse inventory"),
+    ],
+)
+def test_an_inventory_without_gpu_nodes_exits_3_and_writes_no_report(
+    tmp_path: Path, capsys: Any, inventory: str, message: str
+) -> None:
+    # The inventory is read while the playbook starts; its verdict still decides.
+    (tmp_path / "hosts.yml").write_text(inventory)
+    parser = argparse.ArgumentParser()
+    add_audit_parser(parser.add_subparsers())
+    reports = tmp_path / "reports"
+    args = parser.parse_args(
+        ["audit", "-i", str(tmp_path / "hosts.yml"), "--report-dir", str(reports)]
+    )
+    assert args.func(args) == 3
+    assert message in capsys.readouterr().err
+    assert not reports.exists()

@@ -11,7 +11,7 @@ from ..findings import SEVERITIES
 from .fleet import EXIT_AUDIT_FAILED, build_fleet, exit_status
 from .progress import Progress
 from .reports import write_reports
-from .runner import AuditError, AuditRun, inventory_hosts, run_audit
+from .runner import AuditError, AuditRun, run_audit
 
 
 def audit_command(args: argparse.Namespace) -> int:
@@ -24,9 +24,9 @@ def audit_command(args: argparse.Namespace) -> int:
         strategy=args.strategy,
     )
     try:
-        progress = Progress(len(inventory_hosts(run.inventory, run.limit)))
+        progress = Progress()
         try:
-            outcome, elapsed = run_audit(run, progress.host_done)
+            outcome, elapsed = run_audit(run, progress.host_done, on_hosts=progress.start)
         finally:
             progress.finish()
         fleet = build_fleet(

@@ -9,7 +9,11 @@ BAR_WIDTH = 30
 
 
 class Progress:
-    def __init__(self, total: int, stream: TextIO | None = None, tty: bool | None = None) -> None:
+    """``total`` may come later (``start``): the audit reads the inventory while it runs."""
+
+    def __init__(
+        self, total: int = 0, stream: TextIO | None = None, tty: bool | None = None
+    ) -> None:
         self.total = total
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty() if tty is None else tty
@@ -24,6 +28,9 @@ class Progress:
         bar = "#" * filled + "." * (BAR_WIDTH - filled)
         counts = " ".join(f"{key} {value}" for key, value in self.counts.items())
         return f"[{bar}] {self.done}/{self.total}  {counts}"
+
+    def start(self, hosts: list[str]) -> None:
+        self.total = len(hosts)
 
     def host_done(self, host: str, status: str) -> None:
         self.counts[status] = self.counts.get(status, 0) + 1

@@ -8,6 +8,7 @@ never report are listed as failed by fleet.py, never dropped.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import shutil
 import sys
@@ -54,6 +55,11 @@ def _ansible_environment() -> None:
             os.environ["PATH"] = bin_dir + os.pathsep + path
 
 
+def require_inventory(inventory: str) -> None:
+    if not os.path.exists(inventory):
+        raise AuditError(f"inventory {inventory} does not exist; pass -i with an inventory file")
+
+
 def inventory_hosts(inventory: str, limit: str | None) -> list[str]:
     """The hosts of gpu-nodes in the inventory, after the limit (as ansible-playbook sees them)."""
     _ansible_environment()
@@ -61,8 +67,7 @@ def inventory_hosts(inventory: str, limit: str | None) -> list[str]:
     from ansible.inventory.manager import InventoryManager  # noqa: PLC0415
     from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
 
-    if not os.path.exists(inventory):
-        raise AuditError(f"inventory {inventory} does not exist; pass -i with an inventory file")
+    require_inventory(inventory)
     try:
         manager = InventoryManager(loader=DataLoader(), sources=[inventory])
         if limit:
@@ -111,19 +116,54 @@ class EventCollector:
         return False
 
 
+class _HostsReading:
+    """``inventory_hosts`` in a thread: ansible's inventory parse (a good part of the
+    audit's own cost) runs while ansible-playbook starts, not before it."""
+
+    def __init__(self, run: AuditRun) -> None:
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        self._future = self._pool.submit(inventory_hosts, run.inventory, run.limit)
+        self._pool.shutdown(wait=False)
+
+    def hosts(self) -> list[str]:
+        return self._future.result()
+
+
 def run_audit(
-    run: AuditRun, on_host: Callable[[str, str], None] | None = None
+    run: AuditRun,
+    on_host: Callable[[str, str], None] | None = None,
+    on_hosts: Callable[[list[str]], None] | None = None,
 ) -> tuple[AuditOutcome, float]:
-    """Run the playbook on every host; (outcome, seconds). AuditError when it cannot run."""
+    """Run the playbook on every host; (outcome, seconds). AuditError when it cannot run.
+
+    ``on_hosts`` gets the inventory's hosts (after the limit) once, before the first
+    ``on_host``; ``on_host`` each host as it finishes, with its status.
+    """
     import ansible_runner  # noqa: PLC0415
 
     severity_rank(run.threshold)
-    hosts = inventory_hosts(run.inventory, run.limit)
-    if not hosts:
-        scope = f" with limit {run.limit!r}" if run.limit else ""
-        raise AuditError(f"no host of group {HOST_GROUP} in {run.inventory}{scope}")
-    outcome = AuditOutcome(hosts=hosts)
-    collector = EventCollector(outcome, run.threshold, on_host or (lambda _h, _s: None))
+    require_inventory(run.inventory)
+    _ansible_environment()  # before the thread: the runner's child needs the PATH too
+    reading = _HostsReading(run)
+    outcome = AuditOutcome(hosts=[])
+    announced: list[bool] = []
+
+    def announce() -> bool:
+        if not announced:
+            try:
+                hosts = reading.hosts()
+            except AuditError:
+                return False  # raised after the run, with the playbook's own word
+            announced.append(True)
+            if on_hosts is not None:
+                on_hosts(hosts)
+        return True
+
+    def host_done(host: str, status: str) -> None:
+        if on_host is not None and announce():
+            on_host(host, status)
+
+    collector = EventCollector(outcome, run.threshold, host_done)
     private_dir = tempfile.mkdtemp(prefix="lingbot-audit-")
     started = time.monotonic()
     try:
@@ -140,6 +180,11 @@ def run_audit(
             quiet=True,
         )
         elapsed = time.monotonic() - started
+        outcome.hosts = reading.hosts()
+        if not outcome.hosts:
+            scope = f" with limit {run.limit!r}" if run.limit else ""
+            raise AuditError(f"no host of group {HOST_GROUP} in {run.inventory}{scope}")
+        announce()
         if runner.status not in ("successful", "failed") or runner.rc not in PLAYBOOK_RAN_RCS:
             tail = runner.stdout.read()[-2000:] if runner.stdout else ""
             raise AuditError(
