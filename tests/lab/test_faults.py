@@ -175,6 +175,52 @@ def test_a_killed_rollback_is_finished_by_the_next_and_nothing_is_lost(booted_la
     assert not has_open_generation(booted_lab, spec)
 
 
+def test_a_rollback_whose_controller_died_is_waited_for_while_its_module_runs_on(booted_lab):
+    # A dead controller does not stop the module it started: it runs on, on the node. Here
+    # each unit the rollback takes away takes 6 s to stop, just before the files are
+    # swapped in: the next rollback must wait for the first module, not plan and swap the
+    # same files beside it (it would find them gone under its hands).
+    spec = fault_nodes(booted_lab, "a6000-gen3")
+    original = pristine(spec, booted_lab)
+    converge = run_playbook("site.yml", spec.name)
+    assert converge.rc == 0, converge.stdout[-4000:]
+    shim = "/usr/local/sbin/systemctl"
+    booted_lab.run(
+        spec,
+        f"printf '%s\\n' '#!/bin/sh' "
+        '\'case "$1 $2" in "disable --now") touch /run/slow-disable; sleep 6;; esac\' '
+        f"'exec /usr/bin/systemctl \"$@\"' > {shim} && chmod 0755 {shim}",
+    )
+    try:
+        killed = start_playbook(
+            "playbooks/rollback.yml",
+            spec.name,
+            "-e",
+            "rollback_confirm=true",
+            "-e",
+            "rollback_to=0",
+        )
+        wait_for(
+            lambda: booted_lab.run(spec, "test -e /run/slow-disable", check=False).returncode == 0,
+            120,
+            "the rollback stopping the units it takes away",
+        )
+        os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait(timeout=30)
+        assert booted_lab.run(spec, "pgrep -f 'sleep 6'", check=False).returncode == 0
+        rollback_to_zero(spec, booted_lab)
+    finally:
+        booted_lab.run(spec, f"rm -f {shim} /run/slow-disable")
+    assert booted_lab.run(spec, TOOLKIT_FILES).stdout == original
+    assert not has_open_generation(booted_lab, spec)
+    listing = booted_lab.run(spec, "ls /var/lib/lingbot-fleet/generations").stdout.split()
+    numbers = sorted(int(name) for name in listing if name.isdigit())
+    assert numbers == list(range(numbers[0], numbers[-1] + 1)), listing
+    assert recap(run_playbook("site.yml", spec.name), spec.name)["changed"] > 0
+    rollback_to_zero(spec, booted_lab)
+    assert booted_lab.run(spec, TOOLKIT_FILES).stdout == original
+
+
 def test_two_runs_at_once_on_one_node_one_refuses_and_nothing_is_lost(booted_lab):
     spec = fault_nodes(booted_lab, "a6000-x8")
     original = pristine(spec, booted_lab)
