@@ -102,6 +102,31 @@ def test_a_short_load_reads_gen1_and_is_not_judged(
     assert [f.code for f in old_rule] == ["PCIE_LINK_TRAINED_BELOW_CAPABILITY"] * 2
 
 
+def test_a_pause_in_the_load_counts_the_minimum_load_again() -> None:
+    # A starved load thread lets the GPU idle its link down: the reading must follow
+    # min_load_s of copies without a break, not min_load_s since the first copy.
+    sampled_at: list[float] = []
+
+    def sampler(_bus_id: str) -> dict[str, Any]:
+        sampled_at.append(time.monotonic())
+        return {"gen": 4, "width": 16, "pstate": "P0"}
+
+    with LinkReading(sampler, "0000:21:00.0", 0.6) as reading:
+        started = time.monotonic()
+        while time.monotonic() - started < 0.05:
+            reading.done()
+            time.sleep(0.005)
+        # The break: longer than MIN_LOAD_BREAK_S and the usual copy, and still going on
+        # when the reading would be due (0.6 s after the first copy).
+        time.sleep(0.8)
+        resumed = time.monotonic()
+        while not reading.done():
+            time.sleep(0.005)
+    assert sampled_at, reading.result
+    assert sampled_at[0] - resumed >= 0.6
+    assert reading.result["load_s"] >= 0.6
+
+
 def test_a_reading_needs_p0_at_both_ends() -> None:
     pstates = iter(["P0", "P0", "P8"])
 

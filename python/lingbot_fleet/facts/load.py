@@ -25,6 +25,10 @@ Sampler = Callable[[str], Sample]
 # The longest a reading may take once the load has lasted its minimum: three nvidia-smi
 # calls within their own timeout.
 READING_TIMEOUT_S = 40.0
+# A pause between two copies longer than this, and than four times the usual copy, breaks
+# the load (a starved thread on a busy node, a stalled call): the GPU may idle its link
+# down meanwhile, so the minimum load is counted again from the end of the pause.
+MIN_LOAD_BREAK_S = 0.25
 
 
 def nvml_sampler(pynvml: Any) -> Sampler:
@@ -63,10 +67,12 @@ class LinkReading:
 
     Use it around the load: ``with LinkReading(...) as reading:`` copy, and ask
     ``reading.done()`` after every copy; stop once it is true. The load is counted from
-    the first ``done()`` (the end of the first copy). Then ``reading.result`` is ``{gen,
-    width, performance_state, pstate_before, pstate_after, load_s}`` (``load_s``: how long
-    the copies had run when the reading began), or ``{error, load_s}`` when the GPU could
-    not be read.
+    the first ``done()`` (the end of the first copy), and again from the end of any pause
+    that breaks it (``MIN_LOAD_BREAK_S``) before the reading begins: the reading follows
+    ``min_load_s`` of copies without a break. Then ``reading.result`` is ``{gen, width,
+    performance_state, pstate_before, pstate_after, load_s}`` (``load_s``: how long the
+    copies had run without a break when the reading began), or ``{error, load_s}`` when
+    the GPU could not be read.
     """
 
     def __init__(
@@ -81,6 +87,10 @@ class LinkReading:
         self._min_load_s = min_load_s
         self._clock = clock
         self._started_s: float | None = None
+        self._first_s = 0.0
+        self._last_copy_s = 0.0
+        self._usual_copy_s = 0.0
+        self._reading_began = False
         self._stopped = threading.Event()
         self._finished = threading.Event()
         self._thread = threading.Thread(target=self._read, daemon=True)
@@ -99,17 +109,39 @@ class LinkReading:
 
     def done(self) -> bool:
         """The reading is taken (or gave up): the load may stop."""
+        now = self._clock()
         if self._started_s is None:
-            self._started_s = self._clock()
+            self._started_s = self._first_s = self._last_copy_s = now
             self._thread.start()
-        deadline_s = self._started_s + self._min_load_s + READING_TIMEOUT_S
-        return self._finished.is_set() or self._clock() > deadline_s
+        else:
+            since_last_s = now - self._last_copy_s
+            if self._breaks_load(since_last_s) and not self._reading_began:
+                self._started_s = now
+            else:
+                usual_s = self._usual_copy_s or since_last_s
+                self._usual_copy_s = 0.8 * usual_s + 0.2 * since_last_s
+            self._last_copy_s = now
+        deadline_s = self._first_s + self._min_load_s + READING_TIMEOUT_S
+        return self._finished.is_set() or now > deadline_s
+
+    def _breaks_load(self, gap_s: float) -> bool:
+        return gap_s > max(MIN_LOAD_BREAK_S, 4 * self._usual_copy_s)
 
     def _read(self) -> None:
         assert self._started_s is not None
-        wait_s = self._started_s + self._min_load_s - self._clock()
-        if wait_s > 0 and self._stopped.wait(wait_s):
-            return
+        while True:
+            now = self._clock()
+            if self._breaks_load(now - self._last_copy_s):
+                # The load is paused now: wait for it to go on (its next copy moves the
+                # start on), then for the minimum load again.
+                wait_s = MIN_LOAD_BREAK_S / 5
+            else:
+                wait_s = self._started_s + self._min_load_s - now
+                if wait_s <= 0:
+                    break
+            if self._stopped.wait(wait_s):
+                return
+        self._reading_began = True
         load_s = round(self._clock() - self._started_s, 3)
         try:
             before = self._sampler(self._bus_id)
