@@ -43,13 +43,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import atomic, lingbot_layout
-from .generation_snapshot import is_generation_name, sha256_of
+from .generation_snapshot import MANIFEST, is_generation_name, sha256_of
 
 SCHEMA = 1
 DEFAULT_GENERATIONS_DIR = "/var/lib/lingbot-fleet/generations"
 DEFAULT_PLAN_PATH = lingbot_layout.PLAN_PATH
 DEFAULT_KEEP = 20
-MANIFEST = "manifest.json"
 PENDING = "pending"
 FILES = "files"
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")

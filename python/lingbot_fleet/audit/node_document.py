@@ -12,7 +12,7 @@ from __future__ import annotations
 import glob
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ..bootfiles import DEFAULT_GRUB_PATH, GRUB_D_DIR, write_boot_files
@@ -20,14 +20,7 @@ from ..cmdline import split_words
 from ..generation_snapshot import SnapshotReader
 from ..generations import list_generations
 from ..grub import configured_params, next_boot, parse_grub_file, sourcing_order
-from .node import on_root, read_node, read_text
-
-
-def _section(complete: Callable[[], Any]) -> Any:
-    try:
-        return complete()
-    except Exception as error:  # as audit.node: one section's failure is reported
-        return {"error": f"{type(error).__name__}: {error}"}
+from .node import _section, on_root, read_node, read_text
 
 
 def grub_defaults_args(root: str) -> list[str] | None:
