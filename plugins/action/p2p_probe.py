@@ -23,13 +23,12 @@ from ansible.utils.vars import merge_hash
 from lingbot_fleet.ansible_data import expanded_on_node
 from lingbot_fleet.ansible_data import plain_data as plain
 from lingbot_fleet.probe import (
-    LATEST_NAME,
     PROBE_ARGUMENT_SPEC,
-    SAVED_PROBE_FACT_NAME,
     controller_reuse,
     probe_problems,
     reused_result,
 )
+from lingbot_fleet.probe_saved import LATEST_NAME, SAVED_PROBE_FACT_NAME
 
 # Options whose paths the node expands: decided there when they name ~ or a variable.
 NODE_PATHS = ("save_dir", "parameters_from")

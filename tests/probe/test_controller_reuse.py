@@ -15,16 +15,14 @@ import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from lingbot_fleet.probe import (
-    DEFAULT_SAVE_DIR,
     PROBE_ARGUMENT_SPEC,
     PROBE_FACT_NAME,
-    SAVED_PROBE_FACT_NAME,
     ProbeParameters,
     controller_reuse,
     probe_problems,
     save_probe,
-    saved_probe_fact,
 )
+from lingbot_fleet.probe_saved import DEFAULT_SAVE_DIR, SAVED_PROBE_FACT_NAME, saved_probe_fact
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAVE_DIR = "/var/lib/lingbot-fleet/probe"

@@ -36,7 +36,6 @@ from lingbot_fleet.probe import (
     describe_cuda_error,
     fill_skipped,
     format_cpulist,
-    load_saved_probe,
     parse_cpulist,
     parse_pairs,
     reuse_reason,
@@ -44,6 +43,7 @@ from lingbot_fleet.probe import (
     save_probe,
     serving_gpus,
 )
+from lingbot_fleet.probe_saved import load_saved_probe
 
 
 def with_faults(name: str, *faults: dict[str, Any]) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..probe_saved import PROBE_SCHEMA_VERSION
 from .model import (
     UNKNOWN_NUMA_NODE,
     DirectedPath,
@@ -16,7 +17,6 @@ from .model import (
 )
 
 FACTS_SCHEMA_VERSION = 1
-PROBE_SCHEMA_VERSION = 1
 # Older drivers print SOC for SYS.
 TOPOLOGY_ALIASES = {"SOC": "SYS"}
 

@@ -160,7 +160,7 @@ from ansible.module_utils.lingbot_fleet.persistence import (
     parse_show,
     show_argv,
 )
-from ansible.module_utils.lingbot_fleet.probe import (
+from ansible.module_utils.lingbot_fleet.probe_saved import (
     DEFAULT_SAVE_DIR,
     SAVED_PROBE_FACT_NAME,
     saved_probe_fact,

@@ -311,7 +311,6 @@ from ansible.module_utils.lingbot_fleet.cmdline import (
     split_words,
     strip_unwanted,
 )
-from ansible.module_utils.lingbot_fleet.generations import GenerationError, pending_dir
 from ansible.module_utils.lingbot_fleet.grub import (
     KERNEL_CMDLINE_PATH,
     GrubEditError,
@@ -595,7 +594,7 @@ def write_files(changes: NodeChanges, writes: list[Write], sh_path: str | None) 
     try:
         for write in writes:
             write_one(changes, write, sh_path)
-    except (NodeFileError, GenerationError) as error:
+    except NodeFileError as error:
         raise ModuleError(
             f"{error}.{written_so_far(changes)}",
             changed=changes.changed,
@@ -715,7 +714,7 @@ def configure_grubby(job: Job) -> NextBoot:
     recorded = [follow_link(job.root, path) for path in grubby_paths(job.root)] if argv else []
     try:
         changes.record(recorded)
-    except (NodeFileError, GenerationError) as error:
+    except NodeFileError as error:
         raise ModuleError(f"{error}.{written_so_far(changes)}") from error
     write_files(changes, writes, job.sh_path)
     if argv is None:
@@ -804,6 +803,9 @@ def result_for(job: Job, bootloader: str, boot: NextBoot) -> dict[str, Any]:
     params = job.params
     result = job.changes.result()
     if job.changes.recorded:
+        # Imported here: a call that records nothing does not load the generations code.
+        from ansible.module_utils.lingbot_fleet.generations import pending_dir
+
         saved = os.path.join(
             pending_dir(params["generations_dir"], params["generation_run_id"], job.root),
             "files",
@@ -975,7 +977,7 @@ def run_module() -> None:
         if "nothing was written" not in message and "was not written" not in message:
             message += " Nothing was written."
         module.fail_json(msg=message)
-    except (GenerationError, NodeFileError) as error:
+    except NodeFileError as error:
         where = written_so_far(changes) if changes is not None else " Nothing was written."
         module.fail_json(msg=f"{error}.{where}", changed=bool(changes and changes.changed))
     module.exit_json(**result)

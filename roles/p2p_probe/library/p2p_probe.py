@@ -184,7 +184,6 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.lingbot_fleet.facts import gather_facts
 from ansible.module_utils.lingbot_fleet.probe import (
-    LATEST_NAME,
     PROBE_ARGUMENT_SPEC,
     PROBE_FACT_NAME,
     ProbeParameters,
@@ -192,7 +191,6 @@ from ansible.module_utils.lingbot_fleet.probe import (
     fill_skipped,
     options_parameters,
     read_plan,
-    read_saved_probe,
     reuse_reason,
     reused_result,
     run_probe,
@@ -200,6 +198,7 @@ from ansible.module_utils.lingbot_fleet.probe import (
     serving_gpus,
     start_link_sampler,
 )
+from ansible.module_utils.lingbot_fleet.probe_saved import LATEST_NAME, read_saved_probe
 
 
 def read_only_result(module: AnsibleModule) -> None:
