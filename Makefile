@@ -46,6 +46,18 @@ $(PROMTOOL):
 	find .tools/prometheus -type f ! -name promtool -delete
 	test -x $@
 
+# Headless Chromium (Debian package chromium-headless-shell, no desktop) renders fleet.html to
+# a PNG and its DOM in a unit test (tests/audit/test_report_screenshot.py). The package lists
+# are refreshed only when the install fails with the ones on the machine.
+CHROMIUM := /usr/bin/chromium-headless-shell
+export CHROMIUM
+$(CHROMIUM):
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		chromium-headless-shell >/dev/null 2>&1 || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		chromium-headless-shell >/dev/null; }
+	test -x $@
+
 native: setup
 	$(MAKE) -s -C lab/native
 
@@ -68,7 +80,7 @@ lint: setup
 	$(BIN)/yamllint --strict .
 	$(BIN)/ansible-lint --profile production --offline
 
-unit: setup native $(PROMTOOL)
+unit: setup native $(PROMTOOL) $(CHROMIUM)
 	$(BIN)/pytest -m "not lab" $(PYTEST_ARGS)
 
 lab-test: setup native
