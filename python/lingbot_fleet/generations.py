@@ -28,6 +28,7 @@ dir in tests).
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import hashlib
 import json
@@ -38,7 +39,7 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -343,6 +344,66 @@ def _private_tree(base_real: str) -> None:
         os.chmod(base_real, 0o700)
 
 
+def absent_dirs(root: str, path: str) -> list[str]:
+    """The ancestor directories of `path` missing on the node, outermost first: the ones
+    writing `path` creates."""
+    missing: list[str] = []
+    parent = os.path.dirname(path)
+    while parent not in ("/", "") and not os.path.lexists(on_root(root, parent)):
+        missing.insert(0, parent)
+        parent = os.path.dirname(parent)
+    return missing
+
+
+@dataclass(frozen=True)
+class DirState:
+    """A directory a rollback removed, as it was: recreated so when that rollback is undone."""
+
+    path: str
+    mode: int
+    uid: int
+    gid: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "mode": f"{self.mode:04o}", "uid": self.uid, "gid": self.gid}
+
+    @classmethod
+    def from_json(cls, data: Any) -> DirState:
+        if not isinstance(data, Mapping):
+            raise TypeError(f"{data!r} is not a mapping")
+        if not re.fullmatch(r"[0-7]{3,4}", str(data.get("mode"))):
+            raise ValueError(f"mode {data.get('mode')!r} is not an octal mode like 0755")
+        uid, gid = data.get("uid"), data.get("gid")
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (uid, gid)):
+            raise ValueError(f"uid {uid!r} and gid {gid!r} are not both numbers")
+        return cls(_check_node_path(str(data.get("path"))), int(str(data["mode"]), 8), uid, gid)
+
+
+REMOVED_DIRS = "removed_dirs"
+CREATED_DIRS = "created_dirs"
+
+
+def note_dirs_created(
+    generations_dir: str, run_id: str, directory: str, root: str = "/"
+) -> list[str]:
+    """Note in the run's open generation the directories a run is about to create for
+    ``directory`` (it and its missing parents, outermost first): a rollback past the
+    generation removes them again once they are empty. Call it before creating them.
+    Returns the directories newly noted."""
+    directory = _check_node_path(directory)
+    if os.path.lexists(on_root(root, directory)):
+        return []
+    missing = [*absent_dirs(root, directory), directory]
+    run_dir = pending_dir(generations_dir, run_id, root)
+    manifest = _load_pending(run_dir, run_id)
+    noted = manifest.setdefault(CREATED_DIRS, [])
+    added = [d for d in missing if d not in noted]
+    if added:
+        noted.extend(added)
+        write_json_atomic(os.path.join(run_dir, MANIFEST), manifest)
+    return added
+
+
 def record_before(
     generations_dir: str, run_id: str, paths: Iterable[str], root: str = "/"
 ) -> list[str]:
@@ -362,6 +423,9 @@ def record_before(
     for path, state in states.items():
         real = on_root(root, path)
         entry: dict[str, Any] = {"path": path, "kind": kind_of(path), "before": state.to_json()}
+        if not state.exists and absent_dirs(root, path):
+            # The directories the write is about to create: a rollback removes them again.
+            entry["before"]["absent_dirs"] = absent_dirs(root, path)
         if state.exists and is_secret(path):
             entry["secret"] = True
         elif state.exists:
@@ -632,6 +696,8 @@ class FileChange:
     before: FileState
     after: FileState
     saved: str | None
+    # The file's directories that did not exist either (the write created them).
+    absent_dirs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -641,6 +707,10 @@ class Generation:
     manifest: dict[str, Any]
     changes: tuple[FileChange, ...]
     units_enabled: tuple[str, ...] = ()
+    # Directories this generation (a rollback) removed, as they were.
+    removed_dirs: tuple[DirState, ...] = ()
+    # Directories this generation's run created (make_dir), outermost first.
+    created_dirs: tuple[str, ...] = ()
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -699,7 +769,9 @@ def load_generation(
             saved = entry["before"].get("saved") if before.exists else None
             if saved is not None and not isinstance(saved, str):
                 raise TypeError(f"saved {saved!r} is not a path")
-            changes.append(FileChange(path, kind_of(path), before, after, saved))
+            changes.append(
+                FileChange(path, kind_of(path), before, after, saved, _absent_dirs_of(entry, path))
+            )
         except KeyError as error:
             raise _manifest_error(manifest_path, f"file entry {position} lacks {error}") from error
         except (AttributeError, TypeError, ValueError, GenerationError) as error:
@@ -731,7 +803,31 @@ def load_generation(
         raise _manifest_error(
             manifest_path, f"'{UNITS_ENABLED}' is {enabled!r}, not a list of unit names"
         )
-    return Generation(number, directory, manifest, tuple(changes), tuple(enabled))
+    try:
+        removed = tuple(DirState.from_json(entry) for entry in manifest.get(REMOVED_DIRS, []))
+    except (TypeError, ValueError, GenerationError) as error:
+        raise _manifest_error(manifest_path, f"'{REMOVED_DIRS}': {error}") from error
+    created = manifest.get(CREATED_DIRS, [])
+    try:
+        if not isinstance(created, list) or not all(isinstance(d, str) for d in created):
+            raise TypeError(f"{created!r} is not a list of paths")
+        created = [_check_node_path(d) for d in created]
+    except (TypeError, GenerationError) as error:
+        raise _manifest_error(manifest_path, f"'{CREATED_DIRS}': {error}") from error
+    return Generation(
+        number, directory, manifest, tuple(changes), tuple(enabled), removed, tuple(created)
+    )
+
+
+def _absent_dirs_of(entry: Mapping[str, Any], path: str) -> tuple[str, ...]:
+    """The entry's ``before.absent_dirs``, checked: directories above ``path``."""
+    absent = entry["before"].get("absent_dirs", [])
+    if not isinstance(absent, list) or not all(isinstance(d, str) for d in absent):
+        raise TypeError(f"absent_dirs {absent!r} is not a list of paths")
+    dirs = tuple(_check_node_path(d) for d in absent)
+    if any(not path.startswith(d.rstrip("/") + "/") for d in dirs):
+        raise ValueError(f"absent_dirs {absent!r} are not all directories above {path}")
+    return dirs
 
 
 def list_generations(
@@ -761,6 +857,8 @@ class Restore:
     desired: FileState
     source_generation: int
     saved_real: str | None
+    # Directories above the file that did not exist when the file did not either.
+    absent_dirs: tuple[str, ...] = ()
 
     @property
     def action(self) -> str:
@@ -789,6 +887,12 @@ class RollbackPlan:
     kept_secrets: tuple[str, ...] = ()
     # Units an undone generation enabled (they were not enabled before it).
     units_disabled: tuple[str, ...] = ()
+    # Directories the undone generations created that are empty once their files are
+    # removed, deepest first: the rollback removes them too.
+    dirs_to_remove: tuple[str, ...] = ()
+    # Directories an undone rollback removed, as they were: recreated when a restored
+    # file needs them.
+    removed_dirs: tuple[DirState, ...] = ()
 
     @property
     def to_change(self) -> list[Restore]:
@@ -796,7 +900,7 @@ class RollbackPlan:
 
     @property
     def needs_action(self) -> bool:
-        return bool(self.to_change or self.units_disabled)
+        return bool(self.to_change or self.units_disabled or self.dirs_to_remove)
 
     def effects(self) -> dict[str, Any]:
         """What must follow the restore: bootloader update, daemon-reload, restarts."""
@@ -822,6 +926,7 @@ class RollbackPlan:
             "newest": self.newest,
             "undone": list(self.undone),
             "files": [restore.to_json() for restore in self.restores],
+            "dirs_removed": list(self.dirs_to_remove),
             "kept_secrets": list(self.kept_secrets),
             **self.effects(),
         }
@@ -948,7 +1053,15 @@ def plan_rollback(
             drifted.append(path)
         saved_real = os.path.join(generation.directory, change.saved) if change.saved else None
         restores.append(
-            Restore(path, change.kind, current, change.before, generation.number, saved_real)
+            Restore(
+                path,
+                change.kind,
+                current,
+                change.before,
+                generation.number,
+                saved_real,
+                change.absent_dirs,
+            )
         )
     if drifted and not force:
         raise GenerationError(
@@ -958,9 +1071,46 @@ def plan_rollback(
             "-e rollback_force=true, or choose another generation with -e rollback_to=<n>"
         )
     disabled = sorted({unit for generation in generations for unit in generation.units_enabled})
+    removed: dict[str, DirState] = {}
+    for generation in reversed(generations):  # the oldest removal wins: as it was first
+        removed.update((state.path, state) for state in generation.removed_dirs)
     return RollbackPlan(
-        target, newest, tuple(undone), tuple(restores), tuple(kept), tuple(disabled)
+        target,
+        newest,
+        tuple(undone),
+        tuple(restores),
+        tuple(kept),
+        tuple(disabled),
+        _dirs_left_empty(
+            restores, [d for generation in generations for d in generation.created_dirs], root
+        ),
+        tuple(removed[path] for path in sorted(removed)),
     )
+
+
+def _dirs_left_empty(
+    restores: Iterable[Restore], created_dirs: Iterable[str], root: str
+) -> tuple[str, ...]:
+    """The directories the undone generations created (for a file, or made as such) that
+    hold nothing else once the files restored away are gone (deepest first)."""
+    removed_files = {r.path for r in restores if not r.desired.exists}
+    candidates = sorted(
+        {d for r in restores if not r.desired.exists for d in r.absent_dirs} | set(created_dirs),
+        key=lambda d: (-d.count("/"), d),
+    )
+    empty: set[str] = set()
+    for directory in candidates:
+        real = on_root(root, directory)
+        if os.path.islink(real) or not os.path.isdir(real):
+            continue
+        try:
+            names = os.listdir(real)
+        except OSError:
+            continue
+        inside = {os.path.join(directory, name) for name in names}
+        if inside <= removed_files | empty:
+            empty.add(directory)
+    return tuple(d for d in candidates if d in empty)
 
 
 def apply_rollback(
@@ -980,16 +1130,21 @@ def apply_rollback(
     changes = plan.to_change
     record_before(generations_dir, run_id, [restore.path for restore in changes], root)
     staged: list[tuple[str, str]] = []
+    made_dirs: list[str] = []
     try:
         for restore in changes:
             if restore.action == "write" and restore.saved_real is not None:
                 target = on_root(root, restore.path)
+                _make_parents(root, restore.path, plan.removed_dirs, made_dirs)
                 staged.append(
                     (_copy_with_state(restore.saved_real, target, restore.desired), target)
                 )
     except OSError as error:
         for temp_path, _ in staged:
             os.unlink(temp_path)
+        for made in reversed(made_dirs):
+            with contextlib.suppress(OSError):
+                os.rmdir(made)
         raise GenerationError(
             f"cannot stage the restored files ({error}); nothing was touched"
         ) from error
@@ -1005,4 +1160,46 @@ def apply_rollback(
     for restore in changes:
         if restore.action == "remove":
             os.unlink(on_root(root, restore.path))
-    return [restore.path for restore in changes]
+    return [restore.path for restore in changes] + _remove_dirs(
+        plan.dirs_to_remove, generations_dir, run_id, root
+    )
+
+
+def _make_parents(root: str, path: str, removed: Iterable[DirState], made: list[str]) -> None:
+    """Create the missing directories above ``path``, with the mode and owner an undone
+    rollback recorded when it removed them (0755 root otherwise); each real path made is
+    appended to ``made`` as soon as it exists."""
+    states = {state.path: state for state in removed}
+    for directory in absent_dirs(root, path):
+        real = on_root(root, directory)
+        state = states.get(directory, DirState(directory, 0o755, 0, 0))
+        os.mkdir(real, 0o700)
+        made.append(real)
+        os.chown(real, state.uid, state.gid)
+        os.chmod(real, state.mode)
+
+
+def _remove_dirs(dirs: Sequence[str], generations_dir: str, run_id: str, root: str) -> list[str]:
+    """Remove the (empty) directories, deepest first, each noted first with its mode and
+    owner in the run's generation so undoing this rollback makes it again as it was. A
+    directory that is no longer empty is left."""
+    states = []
+    for directory in dirs:
+        try:
+            info = os.lstat(on_root(root, directory))
+        except OSError:
+            continue
+        states.append(DirState(directory, stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid))
+    if not states:
+        return []
+    update_pending(
+        generations_dir, run_id, {REMOVED_DIRS: [state.to_json() for state in states]}, root
+    )
+    removed = []
+    for state in states:
+        try:
+            os.rmdir(on_root(root, state.path))
+        except OSError:
+            continue
+        removed.append(state.path)
+    return removed

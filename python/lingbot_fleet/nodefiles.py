@@ -193,6 +193,19 @@ class NodeChanges:
         shutil.copy2(self.real(path), saved)
         self.backups.append(saved)
 
+    def _note_dirs_created(self, path: str) -> None:
+        """Note the directories about to be made in the run's generation (a rollback past it
+        removes them again once empty)."""
+        if not self.run_id or not self.generations_dir:
+            return
+        from . import generations  # noqa: PLC0415
+
+        self._hold_lock()
+        try:
+            generations.note_dirs_created(self.generations_dir, self.run_id, path, self.root)
+        except generations.GenerationError as error:
+            raise NodeFileError(f"{path} was not created: {error}") from error
+
     def enable_unit(self, systemctl: str, unit: str) -> CommandResult:
         """``systemctl enable`` a unit that is not enabled, noted first in the run's
         generation, so a rollback past it disables and stops the unit again."""
@@ -355,6 +368,8 @@ class NodeChanges:
         ):
             return False
         if not self.check_mode:
+            if info is None:
+                self._note_dirs_created(path)
             os.makedirs(real, mode=mode, exist_ok=True)
             os.chmod(real, mode)
             os.chown(real, uid, gid)

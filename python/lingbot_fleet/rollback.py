@@ -251,6 +251,11 @@ def _roll_back_locked(
             )
         for unit in plan.units_disabled:
             changes.actions.append(f"{'would ' if check_mode else ''}stop and disable {unit}")
+        for directory in plan.dirs_to_remove:
+            changes.actions.append(
+                f"{'would ' if check_mode else ''}remove the directory {directory} "
+                "(created by an undone generation, empty once its files are removed)"
+            )
         if plan.needs_action and not check_mode:
             _swap(request, plan, effects, changes)
             _Effects(request, changes, request.run_id, find_bin).run(dict(effects))

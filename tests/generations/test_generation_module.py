@@ -38,6 +38,7 @@ lg = load_module()
 def make_root(tmp_path: Path) -> Path:
     root = tmp_path / "node"
     (root / "etc/default").mkdir(parents=True)
+    (root / "etc/systemd/system").mkdir(parents=True)  # as on every systemd node
     (root / "proc").mkdir()
     (root / "proc/cmdline").write_text("BOOT_IMAGE=/boot/vmlinuz ro quiet\n")
     (root / "etc/default/grub").write_text('GRUB_CMDLINE_LINUX="quiet"\n')
@@ -181,6 +182,8 @@ def test_check_mode_writes_nothing(tmp_path: Path) -> None:
     assert rollback["actions"] == [
         f"would write {GRUB}",
         f"would remove {DROPIN}",
+        f"would remove the directory {os.path.dirname(DROPIN)} (created by an undone "
+        "generation, empty once its files are removed)",
         "would run update-grub for the restored grub files",
         "would run systemctl daemon-reload",
         "would enable nvidia-persistenced.service",

@@ -182,6 +182,119 @@ def test_rollback_of_a_rollback_returns_the_changed_state(tmp_path: Path) -> Non
     assert gen.generation_numbers(GDIR, str(root)) == [1, 2, 3]
 
 
+def dirs(root: Path) -> dict[str, int]:
+    """Every directory outside /var (where the generations live), with its mode."""
+    return {
+        str(p.relative_to(root)): p.stat().st_mode & 0o7777
+        for p in sorted(root.rglob("*"))
+        if p.is_dir() and p.relative_to(root).parts[0] != "var"
+    }
+
+
+INSTANCE_DIR = os.path.dirname(CONFIG)  # /etc/lingbot/main
+MARKER = f"{INSTANCE_DIR}/.lingbot-fleet-instance"
+
+
+def provision_instance(root: Path) -> None:
+    """A run that creates /etc/lingbot/main/ (mode 0750) with two files in it."""
+    gen.record_before(GDIR, "r1", [CONFIG, MARKER], str(root))
+    (root / INSTANCE_DIR.lstrip("/")).mkdir(parents=True)
+    os.chmod(root / INSTANCE_DIR.lstrip("/"), 0o750)
+    write(root, CONFIG, b"gpus: [0, 1]\n", 0o640)
+    write(root, MARKER, b"main\n")
+    gen.commit(GDIR, "r1", RAN, root=str(root))
+
+
+def test_a_rollback_removes_the_directories_the_undone_run_created(tmp_path: Path) -> None:
+    root = node(tmp_path)
+    original_dirs = dirs(root)
+    provision_instance(root)
+    entries = {entry["path"]: entry for entry in manifest(root, 1)["files"]}
+    assert entries[CONFIG]["before"] == {
+        "exists": False,
+        "absent_dirs": ["/etc/lingbot", INSTANCE_DIR],
+    }
+    plan = gen.plan_rollback(GDIR, root=str(root))
+    assert plan.dirs_to_remove == (INSTANCE_DIR, "/etc/lingbot")  # deepest first
+    assert plan.to_json()["dirs_removed"] == [INSTANCE_DIR, "/etc/lingbot"]
+    assert gen.apply_rollback(plan, GDIR, "rb1", str(root)) == [
+        MARKER,
+        CONFIG,
+        INSTANCE_DIR,
+        "/etc/lingbot",
+    ]
+    assert dirs(root) == original_dirs
+    gen.commit(GDIR, "rb1", {"kind": "rollback"}, root=str(root))
+    assert manifest(root, 2)["removed_dirs"] == [
+        {"path": INSTANCE_DIR, "mode": "0750", "uid": os.getuid(), "gid": os.getgid()},
+        {"path": "/etc/lingbot", "mode": "0755", "uid": os.getuid(), "gid": os.getgid()},
+    ]
+
+
+def test_undoing_that_rollback_makes_the_directories_again_as_they_were(tmp_path: Path) -> None:
+    root = node(tmp_path)
+    provision_instance(root)
+    provisioned_files, provisioned_dirs = tree(root), dirs(root)
+    gen.apply_rollback(gen.plan_rollback(GDIR, root=str(root)), GDIR, "rb1", str(root))
+    gen.commit(GDIR, "rb1", {"kind": "rollback"}, root=str(root))
+    again = gen.plan_rollback(GDIR, root=str(root))
+    assert again.target == 1
+    gen.apply_rollback(again, GDIR, "rb2", str(root))
+    gen.commit(GDIR, "rb2", {"kind": "rollback"}, root=str(root))
+    assert tree(root) == provisioned_files
+    assert dirs(root) == provisioned_dirs  # /etc/lingbot/main is 0750 again
+    # And undone once more, the directories go again: the record of rb2 knew they were new.
+    last = gen.plan_rollback(GDIR, root=str(root))
+    assert last.dirs_to_remove == (INSTANCE_DIR, "/etc/lingbot")
+
+
+def test_a_directory_holding_anything_else_is_left(tmp_path: Path) -> None:
+    root = node(tmp_path)
+    provision_instance(root)
+    write(root, "/etc/lingbot/certs/ca.pem", b"operator's\n")
+    plan = gen.plan_rollback(GDIR, root=str(root))
+    assert plan.dirs_to_remove == (INSTANCE_DIR,)
+    gen.apply_rollback(plan, GDIR, "rb1", str(root))
+    assert (root / "etc/lingbot/certs/ca.pem").read_bytes() == b"operator's\n"
+    assert not (root / INSTANCE_DIR.lstrip("/")).exists()
+
+
+def test_a_directory_filled_after_the_plan_is_left(tmp_path: Path) -> None:
+    root = node(tmp_path)
+    provision_instance(root)
+    plan = gen.plan_rollback(GDIR, root=str(root))
+    write(root, f"{INSTANCE_DIR}/late.txt", b"written meanwhile\n")
+    removed = gen.apply_rollback(plan, GDIR, "rb1", str(root))
+    assert INSTANCE_DIR not in removed and "/etc/lingbot" not in removed
+    assert (root / INSTANCE_DIR.lstrip("/") / "late.txt").exists()
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("absent_dirs", "/etc/lingbot"),
+        ("absent_dirs", ["/var/other"]),
+        ("removed_dirs", [{"path": "/etc/lingbot", "mode": "rwx", "uid": 0, "gid": 0}]),
+        ("removed_dirs", [{"path": "relative", "mode": "0755", "uid": 0, "gid": 0}]),
+        ("removed_dirs", {"path": "/etc/lingbot"}),
+    ],
+)
+def test_damaged_directory_records_are_refused(tmp_path: Path, key: str, value: object) -> None:
+    root = node(tmp_path)
+    provision_instance(root)
+    manifest_path = root / GDIR.lstrip("/") / "1/manifest.json"
+    document = json.loads(manifest_path.read_text())
+    if key == "absent_dirs":
+        next(e for e in document["files"] if e["path"] == CONFIG)["before"][key] = value
+    else:
+        document[key] = value
+    manifest_path.write_text(json.dumps(document))
+    before = (tree(root), dirs(root))
+    with pytest.raises(gen.GenerationError, match="is corrupted"):
+        gen.plan_rollback(GDIR, root=str(root))
+    assert (tree(root), dirs(root)) == before
+
+
 def test_rollback_to_a_specific_generation_undoes_all_later_ones(tmp_path: Path) -> None:
     root = node(tmp_path)
     run(root, "r1", {DROPIN: b"x=1\n"})
