@@ -22,6 +22,7 @@ run lock (``runlock``):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -30,6 +31,10 @@ from typing import Any
 
 from . import bootloader, generations, runlock
 from .grub import next_boot, reboot_pending
+from .monitor.config import MonitorConfigError, load_config
+from .monitor.state import FALLBACK_FLAG_NAME
+from .monitor.units import SERVICE_NAME as MONITOR_SERVICE
+from .monitor.units import TIMER_NAME as MONITOR_TIMER
 from .nodefiles import NodeChanges, NodeFileError, run_command
 
 EFFECTS_KEY = "effects_pending"
@@ -251,6 +256,11 @@ def _roll_back_locked(
             )
         for unit in plan.units_disabled:
             changes.actions.append(f"{'would ' if check_mode else ''}stop and disable {unit}")
+        for path in monitor_outputs_taken_away(plan, request.root):
+            changes.actions.append(
+                f"{'would ' if check_mode else ''}remove {path} (an output of the monitor "
+                "the rollback takes away)"
+            )
         for directory in plan.dirs_to_remove:
             changes.actions.append(
                 f"{'would ' if check_mode else ''}remove the directory {directory} "
@@ -307,6 +317,28 @@ def _stop_and_disable(changes: NodeChanges, unit: str) -> None:
     )
 
 
+def monitor_outputs_taken_away(plan: generations.RollbackPlan, root: str) -> list[str]:
+    """The outputs others read of a monitor the rollback takes away (its metrics textfile,
+    its fallback flag): left behind, node_exporter would go on exporting the last run's
+    metrics, and a fallback recommended then would stand, for a monitor that is gone."""
+    stop = plan.effects()["units_to_stop"]
+    if MONITOR_SERVICE not in stop and MONITOR_TIMER not in stop:
+        return []
+    outputs: list[str] = []
+    for restore in plan.to_change:
+        if restore.desired.exists or not restore.path.endswith(".json"):
+            continue
+        try:
+            config = load_config(generations.on_root(root, restore.path))
+        except (OSError, ValueError, MonitorConfigError):
+            continue  # not the monitor's configuration
+        outputs += [
+            os.path.join(config.textfile_dir, config.textfile_name),
+            os.path.join(config.state_dir, FALLBACK_FLAG_NAME),
+        ]
+    return [path for path in outputs if os.path.isfile(generations.on_root(root, path))]
+
+
 def _swap(
     request: RollbackRequest,
     plan: generations.RollbackPlan,
@@ -325,9 +357,15 @@ def _swap(
         for unit in stop:
             _stop_and_disable(changes, unit)
 
+    outputs = monitor_outputs_taken_away(plan, request.root)
     generations.apply_rollback(
         plan, request.generations_dir, request.run_id, request.root, before_swap=note_and_stop
     )
+    # Saved into the rollback's generation first, as every file it removes.
+    generations.record_before(request.generations_dir, request.run_id, outputs, request.root)
+    for path in outputs:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(generations.on_root(request.root, path))
     generations.update_pending(
         request.generations_dir, request.run_id, {SWAPPED_KEY: True}, request.root
     )

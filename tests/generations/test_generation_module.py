@@ -193,6 +193,49 @@ def test_check_mode_writes_nothing(tmp_path: Path) -> None:
     assert snapshot(root) == before
 
 
+MONITOR_CONFIG = "/etc/lingbot-fleet/monitor.json"
+MONITOR_TIMER = "/etc/systemd/system/lingbot-fleet-monitor.timer"
+METRICS = "/var/lib/prometheus/node-exporter/lingbot_fleet_monitor.prom"
+FALLBACK_FLAG = "/var/lib/lingbot-fleet/monitor/fallback-recommended"
+MONITOR_STATE = "/var/lib/lingbot-fleet/monitor/state.json"
+
+
+def test_a_rollback_that_takes_the_monitor_away_takes_its_outputs_too(tmp_path: Path) -> None:
+    """Left behind, node_exporter would go on exporting the last run's metrics and the
+    fallback flag would stand, for a monitor that is gone."""
+    root = make_root(tmp_path)
+    ansible(root, {"action": "record", "run_id": "run-1", "paths": [MONITOR_CONFIG, MONITOR_TIMER]})
+    (root / "etc/lingbot-fleet").mkdir()
+    (root / MONITOR_CONFIG.lstrip("/")).write_text('{"consecutive_runs": 3}\n')
+    (root / MONITOR_TIMER.lstrip("/")).write_text("[Timer]\nOnUnitActiveSec=5min\n")
+    ansible(root, {"action": "commit", "run_id": "run-1", "ran": {"playbook": "site.yml"}})
+    outputs = {METRICS: b'lingbot_fleet_fallback_recommended{instance="main"} 1\n'}
+    outputs[FALLBACK_FLAG] = b'{"instances": ["main"]}\n'
+    for path, data in (*outputs.items(), (MONITOR_STATE, b"{}\n")):
+        (root / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        (root / path.lstrip("/")).write_bytes(data)
+
+    preview = ansible(root, {"action": "rollback", "run_id": "rb"}, check=True)
+    assert (
+        f"would remove {METRICS} (an output of the monitor the rollback takes away)"
+        in (preview["actions"])
+    )
+    assert (root / METRICS.lstrip("/")).exists()
+
+    done = ansible(root, {"action": "rollback", "run_id": "rb"})
+    assert done["changed"] is True
+    assert "lingbot-fleet-monitor.timer" in done["rollback"]["units_to_stop"]
+    for path in outputs:
+        assert not (root / path.lstrip("/")).exists(), path
+    assert (root / MONITOR_STATE.lstrip("/")).exists()  # the monitor's own, read by no one else
+    # Nothing lost: the rollback's generation holds both, byte for byte.
+    shown = ansible(root, {"action": "show", "generation": 2})
+    saved = {entry["path"]: entry["before"] for entry in shown["manifest"]["files"]}
+    generation_dir = root / "var/lib/lingbot-fleet/generations/2"
+    for path, data in outputs.items():
+        assert (generation_dir / saved[path]["saved"]).read_bytes() == data
+
+
 def test_rollback_and_rollback_of_rollback_through_ansible(tmp_path: Path) -> None:
     root = make_root(tmp_path)
     original = snapshot(root)

@@ -54,3 +54,8 @@ def test_no_lingbot_instance_is_left(host):
     assert not host.check_output(
         "find /etc/systemd/system -name 'lingbot@*' -o -name 'lingbot-fleet*'"
     )
+
+
+def test_the_gone_monitor_leaves_no_metrics_to_export(host):
+    """side_effect ran the monitor once before the rollback: its metrics went with it."""
+    assert not host.file("/var/lib/prometheus/node-exporter/lingbot_fleet_monitor.prom").exists
