@@ -361,8 +361,8 @@ def _swap(
     generations.apply_rollback(
         plan, request.generations_dir, request.run_id, request.root, before_swap=note_and_stop
     )
-    # Saved into the rollback's generation first, as every file it removes.
-    generations.record_before(request.generations_dir, request.run_id, outputs, request.root)
+    # Outputs, not managed files: not saved into the generation (the monitor rewrites them
+    # every run; a saved copy would only read as drift to the next rollback).
     for path in outputs:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(generations.on_root(request.root, path))
