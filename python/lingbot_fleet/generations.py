@@ -39,8 +39,8 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import atomic, lingbot_layout
@@ -423,9 +423,10 @@ def record_before(
     for path, state in states.items():
         real = on_root(root, path)
         entry: dict[str, Any] = {"path": path, "kind": kind_of(path), "before": state.to_json()}
-        if not state.exists and absent_dirs(root, path):
+        missing_dirs = [] if state.exists else absent_dirs(root, path)
+        if missing_dirs:
             # The directories the write is about to create: a rollback removes them again.
-            entry["before"]["absent_dirs"] = absent_dirs(root, path)
+            entry["before"]["absent_dirs"] = missing_dirs
         if state.exists and is_secret(path):
             entry["secret"] = True
         elif state.exists:
@@ -893,6 +894,10 @@ class RollbackPlan:
     # Directories an undone rollback removed, as they were: recreated when a restored
     # file needs them.
     removed_dirs: tuple[DirState, ...] = ()
+    # Directories the undone generations made themselves (make_dir), outermost first.
+    created_dirs: tuple[str, ...] = ()
+    # Files no generation recorded that the rollback removes too (see with_outputs_removed).
+    outputs_to_remove: tuple[str, ...] = ()
 
     @property
     def to_change(self) -> list[Restore]:
@@ -900,7 +905,9 @@ class RollbackPlan:
 
     @property
     def needs_action(self) -> bool:
-        return bool(self.to_change or self.units_disabled or self.dirs_to_remove)
+        return bool(
+            self.to_change or self.units_disabled or self.dirs_to_remove or self.outputs_to_remove
+        )
 
     def effects(self) -> dict[str, Any]:
         """What must follow the restore: bootloader update, daemon-reload, restarts."""
@@ -927,6 +934,7 @@ class RollbackPlan:
             "undone": list(self.undone),
             "files": [restore.to_json() for restore in self.restores],
             "dirs_removed": list(self.dirs_to_remove),
+            "outputs_removed": list(self.outputs_to_remove),
             "kept_secrets": list(self.kept_secrets),
             **self.effects(),
         }
@@ -1074,6 +1082,7 @@ def plan_rollback(
     removed: dict[str, DirState] = {}
     for generation in reversed(generations):  # the oldest removal wins: as it was first
         removed.update((state.path, state) for state in generation.removed_dirs)
+    created = tuple(d for generation in generations for d in generation.created_dirs)
     return RollbackPlan(
         target,
         newest,
@@ -1081,39 +1090,71 @@ def plan_rollback(
         tuple(restores),
         tuple(kept),
         tuple(disabled),
-        _dirs_left_empty(
-            restores, [d for generation in generations for d in generation.created_dirs], root
-        ),
+        _dirs_left_empty(restores, created, root),
         tuple(removed[path] for path in sorted(removed)),
+        created,
+    )
+
+
+def with_outputs_removed(plan: RollbackPlan, outputs: Iterable[str], root: str) -> RollbackPlan:
+    """The plan that also removes ``outputs``: files no generation recorded that go with
+    what the rollback takes away (what a unit it disables wrote). The directories left
+    empty are counted again with them gone."""
+    outputs = tuple(sorted(set(outputs)))
+    if not outputs:
+        return plan
+    return replace(
+        plan,
+        outputs_to_remove=outputs,
+        dirs_to_remove=_dirs_left_empty(plan.restores, plan.created_dirs, root, outputs),
     )
 
 
 def _dirs_left_empty(
-    restores: Iterable[Restore], created_dirs: Iterable[str], root: str
+    restores: Iterable[Restore],
+    created_dirs: Iterable[str],
+    root: str,
+    also_removed: Iterable[str] = (),
 ) -> tuple[str, ...]:
     """The directories the undone generations created (for a file, or made as such) that
-    hold nothing else once the files restored away are gone (deepest first)."""
-    removed_files = {r.path for r in restores if not r.desired.exists}
+    hold nothing else once the files restored away (and ``also_removed``) are gone
+    (deepest first)."""
+    restores = list(restores)
+    gone = {r.path for r in restores if not r.desired.exists} | set(also_removed)
     candidates = sorted(
         {d for r in restores if not r.desired.exists for d in r.absent_dirs} | set(created_dirs),
         key=lambda d: (-d.count("/"), d),
     )
-    empty: set[str] = set()
-    for directory in candidates:
+    for directory in candidates:  # deepest first: an emptied child counts as gone
         real = on_root(root, directory)
         if os.path.islink(real) or not os.path.isdir(real):
             continue
-        try:
-            names = os.listdir(real)
-        except OSError:
-            continue
-        inside = {os.path.join(directory, name) for name in names}
-        if inside <= removed_files | empty:
-            empty.add(directory)
-    return tuple(d for d in candidates if d in empty)
+        with contextlib.suppress(OSError):
+            if holds_only(real, directory, gone):
+                gone.add(directory)
+    return tuple(d for d in candidates if d in gone)
+
+
+def holds_only(real: str, directory: str, paths: Collection[str]) -> bool:
+    """Whether ``directory`` (found at ``real`` on this machine) holds nothing but
+    ``paths``: empty once they are removed. OSError when it cannot be listed."""
+    return all(os.path.join(directory, name) in paths for name in os.listdir(real))
 
 
 def apply_rollback(
+    plan: RollbackPlan,
+    generations_dir: str,
+    run_id: str,
+    root: str = "/",
+    before_swap: Callable[[], None] | None = None,
+) -> list[str]:
+    """Restore the files (``swap_restored``), then remove the directories left empty
+    (``remove_emptied_dirs``). Returns the paths changed."""
+    swapped = swap_restored(plan, generations_dir, run_id, root, before_swap)
+    return swapped + remove_emptied_dirs(plan.dirs_to_remove, generations_dir, run_id, root)
+
+
+def swap_restored(
     plan: RollbackPlan,
     generations_dir: str,
     run_id: str,
@@ -1160,9 +1201,7 @@ def apply_rollback(
     for restore in changes:
         if restore.action == "remove":
             os.unlink(on_root(root, restore.path))
-    return [restore.path for restore in changes] + _remove_dirs(
-        plan.dirs_to_remove, generations_dir, run_id, root
-    )
+    return [restore.path for restore in changes]
 
 
 def _make_parents(root: str, path: str, removed: Iterable[DirState], made: list[str]) -> None:
@@ -1179,10 +1218,12 @@ def _make_parents(root: str, path: str, removed: Iterable[DirState], made: list[
         os.chmod(real, state.mode)
 
 
-def _remove_dirs(dirs: Sequence[str], generations_dir: str, run_id: str, root: str) -> list[str]:
+def remove_emptied_dirs(
+    dirs: Sequence[str], generations_dir: str, run_id: str, root: str = "/"
+) -> list[str]:
     """Remove the (empty) directories, deepest first, each noted first with its mode and
     owner in the run's generation so undoing this rollback makes it again as it was. A
-    directory that is no longer empty is left."""
+    directory that is gone already, or no longer empty, is left. Returns those removed."""
     states = []
     for directory in dirs:
         try:
@@ -1192,9 +1233,13 @@ def _remove_dirs(dirs: Sequence[str], generations_dir: str, run_id: str, root: s
         states.append(DirState(directory, stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid))
     if not states:
         return []
-    update_pending(
-        generations_dir, run_id, {REMOVED_DIRS: [state.to_json() for state in states]}, root
-    )
+    run_dir = pending_dir(generations_dir, run_id, root)
+    manifest = _load_pending(run_dir, run_id)
+    # A removal cut off and finished by a later run keeps what the first one noted.
+    noted = {entry["path"]: entry for entry in manifest.get(REMOVED_DIRS) or []}
+    noted.update((state.path, state.to_json()) for state in states if state.path not in noted)
+    manifest[REMOVED_DIRS] = list(noted.values())
+    write_json_atomic(os.path.join(run_dir, MANIFEST), manifest)
     removed = []
     for state in states:
         try:

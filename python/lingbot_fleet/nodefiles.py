@@ -336,13 +336,10 @@ class NodeChanges:
 
     def remove_empty_dir(self, path: str) -> bool:
         """Remove the directory when it exists and is empty (or would be after removals)."""
+        from .generations import holds_only  # noqa: PLC0415
+
         real = self.real(path)
-        if not os.path.isdir(real):
-            return False
-        remaining = [
-            name for name in os.listdir(real) if os.path.join(path, name) not in self.changed_paths
-        ]
-        if remaining:
+        if not os.path.isdir(real) or not holds_only(real, path, self.changed_paths):
             return False
         if not self.check_mode:
             os.rmdir(real)

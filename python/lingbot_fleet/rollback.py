@@ -12,10 +12,12 @@ run lock (``runlock``):
    then are the effects noted in the run's open manifest (``effects_pending``) and the
    units the rollback takes away stopped and disabled (their files still exist); then the
    files are swapped in.
-3. The effects run in order, each cleared from the manifest once it ran: regenerate
-   grub.cfg (Debian family; the RedHat family's boot entries are restored byte for byte),
-   daemon-reload, restart the services whose files came back (skipped when the node
-   reboots next: the boot starts them), and wait until they are active.
+3. The effects run in order, each cleared from the manifest once it ran: remove the
+   outputs of the units taken away (the monitor's metrics and fallback flag), then the
+   directories the undone generations created, now empty; regenerate grub.cfg (Debian
+   family; the RedHat family's boot entries are restored byte for byte), daemon-reload,
+   restart the services whose files came back (skipped when the node reboots next: the
+   boot starts them), and wait until they are active.
 4. The run's generation is committed (the lock is given back), and the result says
    whether the restored kernel command line needs a reboot.
 """
@@ -31,15 +33,10 @@ from typing import Any
 
 from . import bootloader, generations, runlock
 from .grub import next_boot, reboot_pending
-from .monitor.config import MonitorConfigError, load_config
-from .monitor.state import FALLBACK_FLAG_NAME
-from .monitor.units import SERVICE_NAME as MONITOR_SERVICE
-from .monitor.units import TIMER_NAME as MONITOR_TIMER
 from .nodefiles import NodeChanges, NodeFileError, run_command
 
 EFFECTS_KEY = "effects_pending"
 SWAPPED_KEY = "rollback_swapped"
-EFFECT_ORDER = ("bootloader", "daemon_reload", "restart")
 
 
 class RollbackError(Exception):
@@ -67,6 +64,8 @@ def effects_of(plan: generations.RollbackPlan, bootloader_kind: str) -> dict[str
     """What must follow the restore, as the open manifest keeps it."""
     effects = plan.effects()
     return {
+        "remove_outputs": list(plan.outputs_to_remove),
+        "remove_dirs": list(plan.dirs_to_remove),
         "bootloader": bootloader_kind
         if effects["grub_changed"] and bootloader_kind == "grub_d"
         else None,
@@ -115,7 +114,7 @@ class _Effects:
         self.restarted: list[str] = []
 
     def _cleared(self, pending: dict[str, Any], key: str) -> dict[str, Any]:
-        pending = {**pending, key: None if key != "restart" else []}
+        pending = {**pending, key: None if key == "bootloader" else []}
         if not self.changes.check_mode:
             generations.update_pending(
                 self.request.generations_dir,
@@ -126,6 +125,23 @@ class _Effects:
         return pending
 
     def run(self, pending: dict[str, Any]) -> None:
+        if pending.get("remove_outputs"):
+            # Outputs, not managed files: not saved into the generation (the monitor
+            # rewrites them every run; a saved copy would only read as drift later).
+            for path in pending["remove_outputs"]:
+                if not self.changes.check_mode:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(generations.on_root(self.request.root, path))
+            pending = self._cleared(pending, "remove_outputs")
+        if pending.get("remove_dirs"):
+            if not self.changes.check_mode:
+                generations.remove_emptied_dirs(
+                    pending["remove_dirs"],
+                    self.request.generations_dir,
+                    self.run_id,
+                    self.request.root,
+                )
+            pending = self._cleared(pending, "remove_dirs")
         if pending.get("bootloader") == "grub_d":
             command = self.find_bin("update-grub")
             if command is None:
@@ -242,6 +258,9 @@ def _roll_back_locked(
         plan = generations.plan_rollback(
             request.generations_dir, request.target, request.force, request.root
         )
+        plan = generations.with_outputs_removed(
+            plan, monitor_outputs_taken_away(plan, request.root), request.root
+        )
         try:
             kind = bootloader.detect(request.bootloader, request.root, find_bin)
         except bootloader.BootloaderError:
@@ -256,7 +275,7 @@ def _roll_back_locked(
             )
         for unit in plan.units_disabled:
             changes.actions.append(f"{'would ' if check_mode else ''}stop and disable {unit}")
-        for path in monitor_outputs_taken_away(plan, request.root):
+        for path in plan.outputs_to_remove:
             changes.actions.append(
                 f"{'would ' if check_mode else ''}remove {path} (an output of the monitor "
                 "the rollback takes away)"
@@ -321,9 +340,17 @@ def monitor_outputs_taken_away(plan: generations.RollbackPlan, root: str) -> lis
     """The outputs others read of a monitor the rollback takes away (its metrics textfile,
     its fallback flag): left behind, node_exporter would go on exporting the last run's
     metrics, and a fallback recommended then would stand, for a monitor that is gone."""
-    stop = plan.effects()["units_to_stop"]
-    if MONITOR_SERVICE not in stop and MONITOR_TIMER not in stop:
+    # The monitor's package is loaded only when the rollback stops units at all.
+    stop = set(plan.effects()["units_to_stop"])
+    if not stop:
         return []
+    from .monitor.units import SERVICE_NAME, TIMER_NAME  # noqa: PLC0415 - see above
+
+    if not {SERVICE_NAME, TIMER_NAME} & stop:
+        return []
+    from .monitor.config import MonitorConfigError, load_config  # noqa: PLC0415
+    from .monitor.state import FALLBACK_FLAG_NAME  # noqa: PLC0415
+
     outputs: list[str] = []
     for restore in plan.to_change:
         if restore.desired.exists or not restore.path.endswith(".json"):
@@ -345,6 +372,8 @@ def _swap(
     effects: dict[str, Any],
     changes: NodeChanges,
 ) -> None:
+    """Note the effects, stop the units taken away, swap the files in, mark it swapped:
+    from then on a later run finishes the effects instead of planning again."""
     stop = plan.effects()["units_to_stop"]
 
     def note_and_stop() -> None:
@@ -357,15 +386,9 @@ def _swap(
         for unit in stop:
             _stop_and_disable(changes, unit)
 
-    outputs = monitor_outputs_taken_away(plan, request.root)
-    generations.apply_rollback(
+    generations.swap_restored(
         plan, request.generations_dir, request.run_id, request.root, before_swap=note_and_stop
     )
-    # Outputs, not managed files: not saved into the generation (the monitor rewrites them
-    # every run; a saved copy would only read as drift to the next rollback).
-    for path in outputs:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(generations.on_root(request.root, path))
     generations.update_pending(
         request.generations_dir, request.run_id, {SWAPPED_KEY: True}, request.root
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from lingbot_fleet import runlock
+from lingbot_fleet import generations, runlock
 
 REPO = Path(__file__).resolve().parents[2]
 LIBRARY = REPO / "roles" / "generations" / "library"
@@ -175,6 +175,8 @@ def test_check_mode_writes_nothing(tmp_path: Path) -> None:
     assert rollback["rollback"]["grub_changed"] is True
     assert rollback["rollback"]["units_changed"] is True
     assert rollback["effects"] == {
+        "remove_outputs": [],
+        "remove_dirs": [os.path.dirname(DROPIN)],
         "bootloader": "grub_d",
         "daemon_reload": True,
         "restart": ["nvidia-persistenced.service"],
@@ -232,6 +234,88 @@ def test_a_rollback_that_takes_the_monitor_away_takes_its_outputs_too(tmp_path: 
     # that writes them again after a new install is no drift to the next rollback.
     shown = ansible(root, {"action": "show", "generation": 2})
     assert not set(outputs) & {entry["path"] for entry in shown["manifest"]["files"]}
+
+
+def node_dirs(root: Path) -> set[str]:
+    """The node's directories, but the generations' own."""
+    return {
+        "/" + str(path.relative_to(root))
+        for path in root.rglob("*")
+        if path.is_dir() and not str(path.relative_to(root)).startswith("var/lib/lingbot-fleet/gen")
+    }
+
+
+CUT_OFF_AFTER_SWAP = """
+import os, shutil, sys
+from lingbot_fleet import rollback
+def killed(self, pending):
+    os._exit(3)
+rollback._Effects.run = killed
+root, generations_dir, run_id = sys.argv[1:]
+request = rollback.RollbackRequest(
+    generations_dir, run_id, root=root, target=0, live_runs=[run_id]
+)
+rollback.roll_back(request, check_mode=False, find_bin=shutil.which)
+"""
+
+
+def test_a_rollback_cut_off_after_its_swap_still_removes_outputs_and_emptied_dirs(
+    tmp_path: Path,
+) -> None:
+    """Killed between swapping the files in and removing what they leave behind, the next
+    rollback finishes it: no metrics exported for a gone monitor, no empty directories
+    (the textfile directory the provision made is empty only once the metrics are gone)."""
+    root = make_root(tmp_path)
+    original_files, original_dirs = snapshot(root), node_dirs(root)
+    install = "20261201T090000Z-ctl01-p50"
+    for directory in (
+        "/etc/lingbot-fleet",
+        os.path.dirname(METRICS),
+        os.path.dirname(FALLBACK_FLAG),
+    ):
+        generations.note_dirs_created(GDIR, install, directory, str(root))
+        (root / directory.lstrip("/")).mkdir(parents=True)
+    generations.record_before(GDIR, install, [MONITOR_CONFIG, MONITOR_TIMER], str(root))
+    (root / MONITOR_CONFIG.lstrip("/")).write_text('{"consecutive_runs": 3}\n')
+    (root / MONITOR_TIMER.lstrip("/")).write_text("[Timer]\nOnUnitActiveSec=5min\n")
+    generations.note_unit_enabled(GDIR, install, "lingbot-fleet-monitor.timer", str(root))
+    generations.commit(GDIR, install, {"playbook": "site.yml"}, root=str(root))
+    (root / METRICS.lstrip("/")).write_bytes(b"lingbot_fleet_monitor_up 1\n")
+    (root / FALLBACK_FLAG.lstrip("/")).write_bytes(b'{"instances": ["main"]}\n')
+
+    first, second = "20261201T100000Z-ctl01-p100", "20261201T100500Z-ctl01-p200"
+    # The first rollback dies right after its swap, in its own process (the node's lock
+    # knows a live module from a dead one by its process).
+    cut_off = subprocess.run(
+        [sys.executable, "-c", CUT_OFF_AFTER_SWAP, str(root), GDIR, first],
+        env={**os.environ, "PATH": f"{stub_commands(root)}{os.pathsep}{os.environ['PATH']}"},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert cut_off.returncode == 3, cut_off.stderr
+    assert not (root / MONITOR_CONFIG.lstrip("/")).exists()  # swapped
+    assert (root / METRICS.lstrip("/")).exists()  # left behind, for now
+
+    again = ansible(root, {"action": "rollback", "run_id": second, "live_runs": [second]})
+    assert again["failed"] is False, again
+    assert again["finished_runs"] == [first]
+    for path in (METRICS, FALLBACK_FLAG):
+        assert not (root / path.lstrip("/")).exists(), path
+    assert {k: v for k, v in snapshot(root).items() if "lingbot-fleet/gen" not in k} == (
+        original_files
+    )
+    # Only the generations' own directories are new.
+    assert node_dirs(root) == original_dirs | {"/var", "/var/lib", "/var/lib/lingbot-fleet"}
+    # The finishing run noted the directories in the cut-off run's generation, so undoing
+    # that rollback makes them again.
+    shown = ansible(root, {"action": "show", "generation": 2})
+    assert {d["path"] for d in shown["manifest"]["removed_dirs"]} >= {
+        "/etc/lingbot-fleet",
+        os.path.dirname(METRICS),
+        os.path.dirname(FALLBACK_FLAG),
+    }
 
 
 def test_rollback_and_rollback_of_rollback_through_ansible(tmp_path: Path) -> None:
