@@ -1,4 +1,5 @@
-"""Shared test set-up: the repository's python/ and lab/node on sys.path."""
+"""Shared test set-up: the repository's python/, lab/node and the planner's lab inputs
+(tests/plan/plan_support.py, used by the plan, service and audit tests) on sys.path."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-for path in (REPO_ROOT / "python", REPO_ROOT / "lab" / "node"):
+for path in (REPO_ROOT / "python", REPO_ROOT / "lab" / "node", REPO_ROOT / "tests" / "plan"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 

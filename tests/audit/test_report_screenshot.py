@@ -12,23 +12,17 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import pytest
+from plan_support import lab_inputs
+from png_support import DecodedPng, decode_png
 
-PLAN_TESTS = Path(__file__).resolve().parents[1] / "plan"
-if str(PLAN_TESTS) not in sys.path:
-    sys.path.insert(0, str(PLAN_TESTS))
-
-from plan_support import lab_inputs  # noqa: E402
-from png_support import DecodedPng, decode_png  # noqa: E402
-
-from lingbot_fleet.audit.evaluate import AuditPolicy, evaluate_node  # noqa: E402
-from lingbot_fleet.audit.fleet import AuditOutcome, build_fleet  # noqa: E402
-from lingbot_fleet.audit.reports import (  # noqa: E402
+from lingbot_fleet.audit.evaluate import AuditPolicy, evaluate_node
+from lingbot_fleet.audit.fleet import AuditOutcome, build_fleet
+from lingbot_fleet.audit.reports import (
     P2P_BELOW_COLOUR,
     TILE_COLOURS,
     TILE_STATUS_ORDER,

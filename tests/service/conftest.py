@@ -1,12 +1,10 @@
-"""LingBot service tests: the planner's lab inputs (tests/plan) and the stand-in on sys.path."""
+"""LingBot service tests: their helpers and the stand-in on sys.path."""
 
 import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 for extra in (
-    REPO_ROOT / "python",
-    REPO_ROOT / "tests" / "plan",
     REPO_ROOT / "tests" / "service",
     REPO_ROOT / "lab" / "lingbot_standin",
 ):

@@ -5,26 +5,21 @@ write it (lab/profiles/a6000-ubuntu-vt-handoff.yml): grub.cfg says $vt_handoff w
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-LAB_NODE = REPO / "lab" / "node"
-if str(LAB_NODE) not in sys.path:
-    sys.path.insert(0, str(LAB_NODE))
+import yaml
 
-import yaml  # noqa: E402
-
-import lingbot_fleet.grub  # noqa: E402
-from lingbot_lab.grubcfg import (  # noqa: E402  # noqa: E402
+import lingbot_fleet.grub
+from lingbot_lab.grubcfg import (
     GRUB_CFG,
     boot_cmdline,
     generate_grub_cfg,
     install_boot_config,
     write_atomically,
 )
-from lingbot_lab.profile import validate_profile  # noqa: E402
+from lingbot_lab.profile import validate_profile
 
+REPO = Path(__file__).resolve().parents[2]
 UUID = "6f1c2a4e-3b5d-4e8f-9a7b-0c1d2e3f4a5b"
 DROPIN = 'GRUB_CMDLINE_LINUX="$GRUB_CMDLINE_LINUX iommu=pt"\n'
 
