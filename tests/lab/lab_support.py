@@ -14,6 +14,10 @@ from lingbot_fleet.playbook_run import run_playbook as run_with_events
 ANSIBLE_ENV = {"ANSIBLE_CONFIG": str(layout.REPO_ROOT / "ansible.cfg")}
 
 
+# Run the path monitor once on a lab node (shared with the molecule scenarios).
+RUN_MONITOR_ONCE = Path(__file__).with_name("run_monitor_once.sh").read_text()
+
+
 def run_playbook(playbook: str, limit: str, *extra: str, timeout_s: int = 900) -> PlaybookRun:
     """A playbook of the repository against the lab inventory; what its events said."""
     return run_with_events(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from lab_support import recap, run_playbook
+from lab_support import RUN_MONITOR_ONCE, recap, run_playbook
 
 NODES = ("a6000-phb", "a6000-chipset", "h100-sxm-nvswitch", "a6000-iommu-acs", "a6000-dual-socket")
 TOOLKIT_FILES = "find /etc/lingbot /etc/systemd/system -type f 2>/dev/null | sort | xargs -r md5sum"
@@ -129,25 +129,8 @@ def test_monitor_timer_writes_metrics_a_prometheus_parser_reads(booted_lab):
     spec = booted_lab.node("a6000-phb")
     timers = booted_lab.run(spec, "systemctl list-timers lingbot-fleet-monitor.timer --no-legend")
     assert "lingbot-fleet-monitor.timer" in timers.stdout
-    started = booted_lab.run(spec, "systemctl start lingbot-fleet-monitor.service", check=False)
-    status = booted_lab.run(
-        spec, "systemctl show -p ExecMainStatus --value lingbot-fleet-monitor.service", check=False
-    )
-    if started.returncode != 0 and status.stdout.strip() == "219":
-        # 219/CGROUP: systemd in the lab's container could not set up the unit's cgroup
-        # (the timer's run just before left one it could not remove: "Failed to kill
-        # control group ... Input/output error"); the monitor never ran. Once more.
-        booted_lab.run(spec, "systemctl reset-failed lingbot-fleet-monitor.service", check=False)
-        started = booted_lab.run(
-            spec, "sleep 2; systemctl start lingbot-fleet-monitor.service", check=False
-        )
-    if started.returncode != 0:
-        journal = booted_lab.run(
-            spec, "journalctl -u lingbot-fleet-monitor.service --no-pager -n 80", check=False
-        )
-        raise AssertionError(
-            f"a monitor run failed ({started.stderr.strip()}); its journal:\n{journal.stdout}"
-        )
+    started = booted_lab.run(spec, RUN_MONITOR_ONCE, check=False)
+    assert started.returncode == 0, f"a monitor run failed; its journal:\n{started.stderr}"
     text = booted_lab.run(
         spec, "cat /var/lib/prometheus/node-exporter/lingbot_fleet_monitor.prom"
     ).stdout
