@@ -30,8 +30,11 @@
  *
  * Paths: host to device and back use the GPU's host figures. Between two GPUs a
  * copy uses the pair's p2p path when peer access is enabled (either direction)
- * and the pair supports P2P, else the host-staged path. Device-internal copies and
- * memsets run at LAB_DEVICE_INTERNAL_GBYTES_PER_S.
+ * and the pair supports P2P, else the host-staged path. The p2p path is the pair's
+ * p2p_without_acs_redirect when the state has it and, read at the copy, no switch port
+ * in the pair's acs_redirect_ports has ACS request or completion redirect set in its
+ * config space (lab_pair_p2p_now). Device-internal copies and memsets run at
+ * LAB_DEVICE_INTERNAL_GBYTES_PER_S.
  * Bidirectional: a GPU-to-GPU copy that starts while a copy in the opposite
  * direction between the same two GPUs is running on another stream gets half the
  * path's bidirectional bandwidth. For two equal copies started together, the pair's
@@ -1524,7 +1527,7 @@ static copy_path_t choose_path(int src_gpu, int dst_gpu)
     } else {
         const lab_pair_t *pair = &state.pairs[src_gpu][dst_gpu];
         int direct = pair->p2p.present && peer_access_on(src_gpu, dst_gpu);
-        const lab_path_t *chosen = direct ? &pair->p2p : &pair->host_staged;
+        const lab_path_t *chosen = direct ? lab_pair_p2p_now(pair) : &pair->host_staged;
         path.gbytes_per_s = chosen->gbytes_per_s;
         path.bidir_gbytes_per_s = chosen->bidir_gbytes_per_s;
         path.latency_ns = chosen->latency_ns;

@@ -2,6 +2,7 @@
 #include "labstate.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,12 @@ void lab_run_path(char *out, size_t out_len, const char *relative)
 {
     const char *root = getenv("LINGBOT_LAB_ROOT");
     snprintf(out, out_len, "%s/run/lingbot-lab/%s", root ? root : "", relative);
+}
+
+void lab_node_path(char *out, size_t out_len, const char *absolute)
+{
+    const char *root = getenv("LINGBOT_LAB_ROOT");
+    snprintf(out, out_len, "%s%s", root ? root : "", absolute);
 }
 
 static void fail(table_t *table, const char *format, ...)
@@ -193,6 +200,41 @@ static void load_path(table_t *table, const char *prefix, lab_path_t *path)
     path->latency_ns = get_number(table, KEY("%s.latency_ns", prefix));
 }
 
+/* A figure set the state may leave out (old states) or set to null. */
+static void load_optional_path(table_t *table, const char *prefix, lab_path_t *path)
+{
+    char key[256];
+    const char *whole = find(table, prefix);
+    if ((whole && strcmp(whole, "-") == 0) || !find(table, KEY("%s.gbytes_per_s", prefix))) {
+        path->present = 0;
+        return;
+    }
+    load_path(table, prefix, path);
+}
+
+static void load_acs_ports(table_t *table, int a, int b, lab_pair_t *pair)
+{
+    char key[256];
+    int count = (int)get_number_or(table, KEY("pair.%d.%d.acs_redirect_ports.count", a, b), 0);
+    if (count < 0 || count > LAB_MAX_ACS_PORTS) {
+        fail(table, "%s: pair.%d.%d.acs_redirect_ports.count is %d, at most %d are supported",
+             table->path, a, b, count, LAB_MAX_ACS_PORTS);
+        return;
+    }
+    pair->acs_port_count = count;
+    for (int port = 0; port < count; port++) {
+        const char *config_path =
+            require(table, KEY("pair.%d.%d.acs_redirect_ports.%d.config_path", a, b, port));
+        if (strlen(config_path) >= sizeof pair->acs_config_paths[port]) {
+            fail(table, "%s: pair.%d.%d.acs_redirect_ports.%d.config_path is longer than %d",
+                 table->path, a, b, port, LAB_SYSFS_PATH_LEN - 1);
+            return;
+        }
+        snprintf(pair->acs_config_paths[port], sizeof pair->acs_config_paths[port], "%s",
+                 config_path);
+    }
+}
+
 static void load_gpu(table_t *table, int index, lab_gpu_t *gpu)
 {
     char key[256];
@@ -258,6 +300,9 @@ static void load_pair(table_t *table, int a, int b, lab_pair_t *pair)
     }
     snprintf(prefix, sizeof prefix, "pair.%d.%d.p2p", a, b);
     load_path(table, prefix, &pair->p2p);
+    snprintf(prefix, sizeof prefix, "pair.%d.%d.p2p_without_acs_redirect", a, b);
+    load_optional_path(table, prefix, &pair->p2p_without_acs_redirect);
+    load_acs_ports(table, a, b, pair);
     snprintf(prefix, sizeof prefix, "pair.%d.%d.host_staged", a, b);
     load_path(table, prefix, &pair->host_staged);
     if (!pair->host_staged.present) {
@@ -329,6 +374,97 @@ int lab_state_load(lab_state_t *state, char *error, size_t error_len)
     free(table.entries);
     free(table.text);
     return table.failed ? -1 : 0;
+}
+
+/* ---- live ACS control of the ports on a pair's path ------------------------------- */
+
+static unsigned read_le(const unsigned char *bytes, int length)
+{
+    unsigned value = 0;
+    for (int i = length - 1; i >= 0; i--) {
+        value = (value << 8) | bytes[i];
+    }
+    return value;
+}
+
+/* Reads up to LAB_PCI_CONFIG_SPACE_BYTES of a config file; returns the byte count or -1. */
+static long read_config_space(const char *path, unsigned char *space)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return -1;
+    }
+    long length = 0;
+    while (length < LAB_PCI_CONFIG_SPACE_BYTES) {
+        ssize_t got = pread(fd, space + length, (size_t)(LAB_PCI_CONFIG_SPACE_BYTES - length),
+                            (off_t)length);
+        if (got < 0 && errno == EINTR) {
+            continue;
+        }
+        if (got <= 0) {
+            break;
+        }
+        length += got;
+    }
+    close(fd);
+    return length;
+}
+
+/* 1: ACS request or completion redirect set; 0: clear, or the port has no ACS
+ * capability; -1: the config space cannot be read as far as the capability list goes. */
+static int port_acs_redirects(const char *config_path)
+{
+    char path[LAB_PATH_LEN];
+    unsigned char space[LAB_PCI_CONFIG_SPACE_BYTES];
+    lab_node_path(path, sizeof path, config_path);
+    long length = read_config_space(path, space);
+    unsigned offset = LAB_PCI_EXT_CAP_START;
+    /* Each capability takes at least 4 bytes: a longer list loops. */
+    int budget = (LAB_PCI_CONFIG_SPACE_BYTES - LAB_PCI_EXT_CAP_START) / 4;
+    while (budget-- > 0) {
+        if (length < 0 || (long)offset + 4 > length) {
+            return -1;
+        }
+        unsigned header = read_le(space + offset, 4);
+        if (header == 0 || header == 0xffffffffU) {
+            return 0;
+        }
+        if ((header & 0xffffU) == LAB_PCI_EXT_CAP_ID_ACS) {
+            unsigned control_at = offset + LAB_PCI_ACS_CONTROL_OFFSET;
+            if ((long)control_at + 2 > length) {
+                return -1;
+            }
+            unsigned control = read_le(space + control_at, 2);
+            return (control & (LAB_PCI_ACS_REQUEST_REDIRECT | LAB_PCI_ACS_COMPLETION_REDIRECT))
+                       ? 1
+                       : 0;
+        }
+        unsigned next = (header >> 20) & 0xffcU;
+        if (next < LAB_PCI_EXT_CAP_START) {
+            return 0;
+        }
+        offset = next;
+    }
+    return 0;
+}
+
+int lab_pair_acs_redirects(const lab_pair_t *pair)
+{
+    for (int port = 0; port < pair->acs_port_count; port++) {
+        if (port_acs_redirects(pair->acs_config_paths[port]) != 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+const lab_path_t *lab_pair_p2p_now(const lab_pair_t *pair)
+{
+    if (pair->p2p_without_acs_redirect.present && pair->acs_port_count > 0 &&
+        !lab_pair_acs_redirects(pair)) {
+        return &pair->p2p_without_acs_redirect;
+    }
+    return &pair->p2p;
 }
 
 static void make_parent_dirs(const char *path)

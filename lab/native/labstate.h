@@ -27,6 +27,19 @@
 /* How long a GPU stays under load (P0, link up) after its last copy. */
 #define LAB_BUSY_HOLD_SECONDS 1.0
 
+/* Ports per pair whose ACS redirect decides the pair's P2P route, and the longest
+ * sysfs path of their config spaces the state may name. */
+#define LAB_MAX_ACS_PORTS 8
+#define LAB_SYSFS_PATH_LEN 128
+/* PCI Express extended capabilities: where the list starts, ACS's id, its control
+ * register and the control bits that send peer traffic upstream. */
+#define LAB_PCI_CONFIG_SPACE_BYTES 4096
+#define LAB_PCI_EXT_CAP_START 0x100
+#define LAB_PCI_EXT_CAP_ID_ACS 0x000D
+#define LAB_PCI_ACS_CONTROL_OFFSET 6
+#define LAB_PCI_ACS_REQUEST_REDIRECT 0x0004
+#define LAB_PCI_ACS_COMPLETION_REDIRECT 0x0008
+
 /* Remote end of an NVLink group: a GPU index, or this value for an NVSwitch. */
 #define LAB_NVLINK_TO_NVSWITCH (-1)
 
@@ -74,6 +87,11 @@ typedef struct {
     int nvlink_count;
     char p2p_status[LAB_P2P_CAP_COUNT][8]; /* nvidia-smi words: OK, CNS, GNS, TNS, NS, U */
     lab_path_t p2p;
+    /* present: the P2P figures once no port in acs_config_paths redirects (ACS request
+     * or completion redirect off on all of them); p2p holds the redirected ones. */
+    lab_path_t p2p_without_acs_redirect;
+    int acs_port_count;
+    char acs_config_paths[LAB_MAX_ACS_PORTS][LAB_SYSFS_PATH_LEN]; /* as the node sees them */
     lab_path_t host_staged;
     int p2p_drops_writes;
 } lab_pair_t;
@@ -93,6 +111,18 @@ typedef struct {
 
 /* Path of a run-time file: $LINGBOT_LAB_ROOT/run/lingbot-lab/<relative>. */
 void lab_run_path(char *out, size_t out_len, const char *relative);
+
+/* Path of a file as the node sees it, e.g. /sys/...: $LINGBOT_LAB_ROOT<absolute>. */
+void lab_node_path(char *out, size_t out_len, const char *absolute);
+
+/* Whether any of the pair's ACS ports has request or completion redirect set in its live
+ * config space (read now, walking the extended capability list to ACS). A config space
+ * that cannot be read far enough counts as redirecting, as the firmware left it. */
+int lab_pair_acs_redirects(const lab_pair_t *pair);
+
+/* The pair's direct P2P figures now: p2p_without_acs_redirect when the state has it and
+ * no ACS port redirects, else p2p. Reads the ports' config spaces: once per copy. */
+const lab_path_t *lab_pair_p2p_now(const lab_pair_t *pair);
 
 /* Reads state.txt into *state. Returns 0, or -1 with a message in error. */
 int lab_state_load(lab_state_t *state, char *error, size_t error_len);

@@ -15,7 +15,7 @@ from lingbot_lab.hwstate import (
     iommu_mode,
     tokenize_cmdline,
 )
-from lingbot_lab.profile import validate_profile
+from lingbot_lab.profile import acs_redirect_ports, validate_profile
 
 NOACPI_CMDLINE = "BOOT_IMAGE=/boot/vmlinuz-6.1.0-18-amd64 root=UUID=x ro quiet pci=noacpi"
 
@@ -75,6 +75,67 @@ def test_adding_iommu_pt_stops_the_write_drop_and_uses_the_direct_path():
     assert passthrough["pairs"][0]["p2p_drops_writes"] is False
     assert passthrough["pairs"][0]["p2p"]["gbytes_per_s"] == 17.5
     assert [g["iommu_group"] for g in passthrough["gpus"]] == [4, 5]
+
+
+SWITCH_P2P = {"gbytes_per_s": 25.1, "bidir_gbytes_per_s": 49.2, "latency_ns": 1080}
+ACS_PORT_CONFIGS = [
+    {"bdf": "0000:18:00.0", "config_path": "/sys/bus/pci/devices/0000:18:00.0/config"},
+    {"bdf": "0000:18:01.0", "config_path": "/sys/bus/pci/devices/0000:18:01.0/config"},
+]
+
+
+def test_the_switch_figures_without_acs_redirect_and_the_ports_that_decide():
+    profile = load_profile("a6000-iommu-acs")
+    passthrough = compute_state(profile, "ro quiet intel_iommu=on iommu=pt")
+    forward, backward = passthrough["pairs"]
+    assert forward["p2p"]["gbytes_per_s"] == 17.5  # redirected, as the profile boots
+    assert forward["p2p_without_acs_redirect"] == SWITCH_P2P
+    assert backward["p2p_without_acs_redirect"] == SWITCH_P2P
+    assert forward["acs_redirect_ports"] == ACS_PORT_CONFIGS
+    assert backward["acs_redirect_ports"] == ACS_PORT_CONFIGS[::-1]
+    lines = flatten_state(passthrough).splitlines()
+    for expected in (
+        "pair.0.1.p2p_without_acs_redirect.gbytes_per_s 25.1",
+        "pair.0.1.p2p_without_acs_redirect.latency_ns 1080",
+        "pair.0.1.acs_redirect_ports.count 2",
+        "pair.0.1.acs_redirect_ports.1.config_path /sys/bus/pci/devices/0000:18:01.0/config",
+    ):
+        assert expected in lines
+
+
+def test_the_translated_figures_win_over_the_switch_figures():
+    profile = load_profile("a6000-iommu-acs")
+    translated = compute_state(profile, "ro quiet intel_iommu=on")
+    pair = translated["pairs"][0]
+    assert pair["p2p"]["gbytes_per_s"] == 6.1
+    assert pair["p2p_without_acs_redirect"] is None
+    assert pair["acs_redirect_ports"] == ACS_PORT_CONFIGS
+    assert "pair.0.1.p2p_without_acs_redirect -" in flatten_state(translated).splitlines()
+    # No P2P at all: no figures to switch to.
+    noacpi = compute_state(profile, "ro quiet intel_iommu=on iommu=pt pci=noacpi")
+    assert (noacpi["pairs"][0]["p2p"], noacpi["pairs"][0]["p2p_without_acs_redirect"]) == (
+        None,
+        None,
+    )
+    # A translating IOMMU without translated figures falls back to p2p: the switch's
+    # figures still apply once nothing redirects.
+    raw = read_profile_yaml("a6000-iommu-acs")
+    raw["paths"][0]["p2p_iommu_translated"] = None
+    fallback = compute_state(validate_profile(raw), "ro quiet intel_iommu=on")
+    assert fallback["pairs"][0]["p2p"]["gbytes_per_s"] == 17.5
+    assert fallback["pairs"][0]["p2p_without_acs_redirect"] == SWITCH_P2P
+
+
+def test_acs_redirect_matters_only_at_the_switch_where_the_paths_meet():
+    two_switches = load_profile("pcie-4gpu-two-switches")
+    bdfs = [gpu["bdf"] for gpu in two_switches["gpus"]]
+    assert acs_redirect_ports(two_switches, bdfs[0], bdfs[1]) == ["0000:22:00.0", "0000:22:01.0"]
+    assert acs_redirect_ports(two_switches, bdfs[0], bdfs[2]) == []  # different root complexes
+    phb = load_profile("a6000-phb")
+    assert acs_redirect_ports(phb, *(gpu["bdf"] for gpu in phb["gpus"])) == []
+    state = compute_state(phb, "ro")
+    assert state["pairs"][0]["acs_redirect_ports"] == []
+    assert "pair.0.1.acs_redirect_ports.count 0" in flatten_state(state).splitlines()
 
 
 def test_translated_without_a_translated_path_falls_back_to_p2p():
@@ -160,6 +221,12 @@ def test_deep_switch_tree_is_pxb():
     state = compute_state(validate_profile(raw), "ro")
     pair = next(p for p in state["pairs"] if (p["a"], p["b"]) == (0, 1))
     assert (pair["topology"], pair["topology_level"]) == ("PXB", 20)
+    # Peer requests turn around in the upper switch: its downstream ports decide, the
+    # lower switch's port 0000:25:00.0 sends them upstream either way.
+    assert [port["bdf"] for port in pair["acs_redirect_ports"]] == [
+        "0000:22:00.0",
+        "0000:22:01.0",
+    ]
 
 
 def test_host_figures_follow_the_narrowest_link_above_the_slot():
@@ -321,6 +388,77 @@ def test_bad_profiles_name_the_field_and_the_fix(change, message):
     assert str(raised.value) == message
 
 
+def _with_figures_without_redirect(profile_name: str, path: int, **changes) -> dict:
+    raw = copy.deepcopy(read_profile_yaml(profile_name))
+    figures = {"gbytes_per_s": 25.1, "bidir_gbytes_per_s": 49.2, "latency_ns": 1080}
+    raw["paths"][path]["p2p_without_acs_redirect"] = {**figures, **changes}
+    return raw
+
+
+def test_figures_without_acs_redirect_need_a_redirecting_switch_port():
+    raw = _with_figures_without_redirect("pcie-4gpu-two-switches", 0)
+    with pytest.raises(ValueError) as raised:
+        validate_profile(raw)
+    assert str(raised.value) == (
+        "profile pcie-4gpu-two-switches: paths[0].p2p_without_acs_redirect: no port on the "
+        "path of GPUs [0, 1] (0000:22:00.0, 0000:22:01.0) has ACS request_redirect or "
+        "completion_redirect, so p2p already is the figure without redirect; fix: remove "
+        "p2p_without_acs_redirect, or set request_redirect/completion_redirect in those "
+        "ports' acs and make p2p the redirected figure"
+    )
+    # Completion redirect alone on one of them is enough.
+    raw["pcie_ports"][3]["acs"] = {"completion_redirect": True}
+    assert validate_profile(raw)["paths"][0]["p2p_without_acs_redirect"]["latency_ns"] == 1080
+
+
+def test_figures_without_acs_redirect_need_paths_that_meet_in_a_switch():
+    with pytest.raises(ValueError) as raised:
+        validate_profile(_with_figures_without_redirect("pcie-4gpu-two-switches", 1))
+    assert str(raised.value) == (
+        "profile pcie-4gpu-two-switches: paths[1].p2p_without_acs_redirect: the paths of GPUs "
+        "[0, 2] do not meet in a PCIe switch, so no port's ACS redirect changes their route; "
+        "fix: remove p2p_without_acs_redirect (p2p is the figure)"
+    )
+    with pytest.raises(ValueError, match=r"GPUs \[0, 1\] do not meet in a PCIe switch"):
+        validate_profile(_with_figures_without_redirect("a6000-phb", 0))
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"latency_ns": None},
+            "paths[0].p2p_without_acs_redirect.latency_ns: missing; fix: set latency_ns",
+        ),
+        (
+            {"gbytes_per_s": -25.1},
+            "paths[0].p2p_without_acs_redirect: -25.1 is not a positive number; "
+            "fix: use a measured value > 0",
+        ),
+        (
+            {"bidir_gbytes_per_s": "49.2"},
+            "paths[0].p2p_without_acs_redirect: '49.2' is not a positive number; "
+            "fix: use a measured value > 0",
+        ),
+    ],
+)
+def test_figures_without_acs_redirect_are_checked_like_the_others(changes, message):
+    with pytest.raises(ValueError) as raised:
+        validate_profile(_with_figures_without_redirect("a6000-iommu-acs", 0, **changes))
+    assert str(raised.value) == f"profile a6000-iommu-acs: {message}"
+
+
+def test_figures_without_acs_redirect_need_a_p2p_path():
+    raw = read_profile_yaml("a6000-iommu-acs")
+    raw["paths"][0]["p2p"] = None
+    with pytest.raises(ValueError) as raised:
+        validate_profile(raw)
+    assert str(raised.value) == (
+        "profile a6000-iommu-acs: paths[0].p2p_without_acs_redirect: GPUs [0, 1] have no p2p "
+        "path; fix: remove it or add p2p"
+    )
+
+
 def test_gpus_out_of_bus_order_are_refused():
     raw = read_profile_yaml("a6000-phb")
     raw["gpus"][0]["bdf"], raw["gpus"][1]["bdf"] = "0000:43:00.0", "0000:42:00.0"
@@ -348,6 +486,7 @@ def test_defaults_fill_optional_fields():
     assert profile["pcie_ports"][1]["acs"]["request_redirect"] is False
     assert profile["gpus"][0]["pci_subsystem_device_id"] == 0x1459
     assert profile["persistenced"] == {"args": ""}
+    assert profile["paths"][0]["p2p_without_acs_redirect"] is None
     assert "acs" not in raw["pcie_ports"][0] or raw["pcie_ports"][0]["acs"] == {
         "source_validation": True
     }

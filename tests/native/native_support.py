@@ -239,5 +239,58 @@ def profile_states() -> list[tuple[str, dict[str, Any], str]]:
     return states
 
 
+ACS_PROFILE = "a6000-iommu-acs"
+# The profile's own cmdline with and without the fix for the translating IOMMU.
+ACS_PASSTHROUGH_CMDLINE = "BOOT_IMAGE=/boot/vmlinuz ro quiet intel_iommu=on iommu=pt"
+ACS_TRANSLATED_CMDLINE = "BOOT_IMAGE=/boot/vmlinuz ro quiet intel_iommu=on"
+PCI_EXT_CAP_START = 0x100
+PCI_EXT_CAP_ID_ACS = 0x000D
+ACS_CONTROL_OFFSET = 6
+ACS_REDIRECT_BITS = 0x000C  # request redirect (bit 2) | completion redirect (bit 3)
+
+
+def boot_profile(root: Path, name: str, cmdline: str) -> tuple[dict[str, Any], str]:
+    """The profile booted with cmdline: (state, state.txt); its sysfs rendered under
+    root/sys as the node's /sys (LINGBOT_LAB_ROOT=root), so root/sys/bus/pci/devices/<bdf>
+    links into root/sys/devices. The caller writes state.txt (cuda_loader does)."""
+    yaml = pytest.importorskip("yaml")
+    if str(LAB_NODE_DIR) not in sys.path:
+        sys.path.insert(0, str(LAB_NODE_DIR))
+    from lingbot_lab import hwstate, profile, sysfs
+
+    validated = profile.validate_profile(yaml.safe_load((PROFILES_DIR / f"{name}.yml").read_text()))
+    state = hwstate.compute_state(validated, cmdline)
+    sysfs.render_sysfs(state, validated, root, link_prefix=str(root))
+    return state, hwstate.flatten_state(state)
+
+
+def acs_control_offset(space: bytes) -> int:
+    """Offset of the ACS control register, found by walking the extended capabilities."""
+    offset = PCI_EXT_CAP_START
+    while offset >= PCI_EXT_CAP_START:
+        header = int.from_bytes(space[offset : offset + 4], "little")
+        if header & 0xFFFF == PCI_EXT_CAP_ID_ACS:
+            return offset + ACS_CONTROL_OFFSET
+        offset = (header >> 20) & 0xFFC
+    raise AssertionError("no ACS extended capability")
+
+
+def write_acs_control(config: Path, value: int, mask: int) -> None:
+    """What `setpci -s <bdf> ECAP_ACS+6.w=<value>:<mask>` does to a sysfs config file: a
+    two-byte write of the masked bits in place."""
+    at = acs_control_offset(config.read_bytes())
+    with open(config, "r+b") as handle:
+        handle.seek(at)
+        old = int.from_bytes(handle.read(2), "little")
+        handle.seek(at)
+        handle.write(((old & ~mask) | (value & mask)).to_bytes(2, "little"))
+
+
+def read_acs_control(config: Path) -> int:
+    space = config.read_bytes()
+    at = acs_control_offset(space)
+    return int.from_bytes(space[at : at + 2], "little")
+
+
 def profile_names() -> list[str]:
     return sorted(path.stem for path in PROFILES_DIR.glob("*.yml"))

@@ -3,20 +3,29 @@
 from __future__ import annotations
 
 import ctypes
+import shutil
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from native_support import (
+    ACS_PASSTHROUGH_CMDLINE,
+    ACS_PROFILE,
+    ACS_REDIRECT_BITS,
+    ACS_TRANSLATED_CMDLINE,
     NVLINK_P2P,
     PHB_HOST_STAGED,
     PHB_P2P,
     RUN_SUBDIR,
+    boot_profile,
     flatten,
     profile_names,
     profile_states,
+    read_acs_control,
     scenario_state,
+    write_acs_control,
 )
 
 pytestmark = pytest.mark.native
@@ -170,8 +179,9 @@ def test_nvlink_copy_is_fast(cuda_on: Any) -> None:
     assert_close(timed_peer_copy_gbytes_per_s(cuda, peer_access=True), NVLINK_P2P["gbytes_per_s"])
 
 
-def test_bidirectional_copies_share_the_link(cuda_on: Any) -> None:
-    cuda = cuda_on(flatten(scenario_state("phb")))
+def bidirectional_gbytes_per_s(cuda: Cuda) -> float:
+    """Two equal peer copies in opposite directions, started together: 2 x bytes over the
+    time of the later one to finish."""
     first, second = cuda.context(0), cuda.context(1)
     a_src, a_dst = cuda.alloc(first, PROBE_BYTES), cuda.alloc(first, PROBE_BYTES)
     b_src, b_dst = cuda.alloc(second, PROBE_BYTES), cuda.alloc(second, PROBE_BYTES)
@@ -188,8 +198,12 @@ def test_bidirectional_copies_share_the_link(cuda_on: Any) -> None:
     cuda.call("cuEventRecord", backward_end, backward)
     cuda.call("cuCtxSynchronize")
     slowest_ms = max(cuda.elapsed_ms(start, forward_end), cuda.elapsed_ms(start, backward_end))
-    aggregate = 2 * PROBE_BYTES / (slowest_ms / 1e3) / 1e9
-    assert_close(aggregate, PHB_P2P["bidir_gbytes_per_s"])
+    return 2 * PROBE_BYTES / (slowest_ms / 1e3) / 1e9
+
+
+def test_bidirectional_copies_share_the_link(cuda_on: Any) -> None:
+    cuda = cuda_on(flatten(scenario_state("phb")))
+    assert_close(bidirectional_gbytes_per_s(cuda), PHB_P2P["bidir_gbytes_per_s"])
 
 
 def test_copies_move_the_bytes(cuda_on: Any) -> None:
@@ -479,3 +493,159 @@ def test_profile_peer_bandwidth(cuda_on: Any, profile_name: str) -> None:
     expected = pair["p2p"] or pair["host_staged"]
     measured = timed_peer_copy_gbytes_per_s(cuda, peer_access=pair["p2p"] is not None)
     assert_close(measured, expected["gbytes_per_s"])
+
+
+# ---- ACS redirect on the switch ports, read live at each copy ----------------------
+
+ACS_PROBE_BYTES = 16 * 1024 * 1024
+
+
+class PeerProbe:
+    """GPU 0 to GPU 1 with peer access on, the same buffers and stream copy after copy."""
+
+    def __init__(self, cuda: Cuda, size: int = ACS_PROBE_BYTES) -> None:
+        self.cuda = cuda
+        self.size = size
+        first, second = cuda.context(0), cuda.context(1)
+        self.src, self.dst = cuda.alloc(first, size), cuda.alloc(second, size)
+        cuda.use(second)
+        cuda.call("cuCtxEnablePeerAccess", first, 0)
+        cuda.use(first)
+        self.first, self.second = first, second
+        self.stream, self.start, self.end = cuda.stream(), cuda.event(), cuda.event()
+
+    def elapsed_ms(self, size: int) -> float:
+        cuda = self.cuda
+        cuda.call("cuEventRecord", self.start, self.stream)
+        cuda.call(
+            "cuMemcpyPeerAsync", self.dst, self.second, self.src, self.first, size, self.stream
+        )
+        cuda.call("cuEventRecord", self.end, self.stream)
+        cuda.call("cuEventSynchronize", self.end)
+        return cuda.elapsed_ms(self.start, self.end)
+
+    def gbytes_per_s(self) -> float:
+        return self.size / (self.elapsed_ms(self.size) / 1e3) / 1e9
+
+    def latency_ns(self) -> float:
+        return self.elapsed_ms(1) * 1e6
+
+
+def acs_pair(state: dict[str, Any]) -> dict[str, Any]:
+    return next(p for p in state["pairs"] if (p["a"], p["b"]) == (0, 1))
+
+
+def acs_configs(lab_root: Path, pair: dict[str, Any]) -> list[Path]:
+    """The pair's ACS ports' config files under the temp root (the node's /sys paths)."""
+    return [lab_root / port["config_path"].lstrip("/") for port in pair["acs_redirect_ports"]]
+
+
+def assert_figures(probe: PeerProbe, figures: dict[str, float]) -> None:
+    assert_close(probe.gbytes_per_s(), figures["gbytes_per_s"])
+    assert_close(probe.latency_ns(), figures["latency_ns"])
+
+
+def test_clearing_acs_redirect_gives_the_switch_figures_and_setting_it_restores(
+    cuda_on: Any, lab_root: Path
+) -> None:
+    state, text = boot_profile(lab_root, ACS_PROFILE, ACS_PASSTHROUGH_CMDLINE)
+    pair = acs_pair(state)
+    redirected, direct = pair["p2p"], pair["p2p_without_acs_redirect"]
+    assert direct["gbytes_per_s"] > 1.2 * redirected["gbytes_per_s"]
+    configs = acs_configs(lab_root, pair)
+    assert [config.parent.name for config in configs] == ["0000:18:00.0", "0000:18:01.0"]
+    assert all(read_acs_control(c) & ACS_REDIRECT_BITS == ACS_REDIRECT_BITS for c in configs)
+    probe = PeerProbe(cuda_on(text))
+    assert_figures(probe, redirected)
+    for config in configs:
+        write_acs_control(config, 0x0000, ACS_REDIRECT_BITS)
+    assert_figures(probe, direct)
+    for config in configs:
+        write_acs_control(config, ACS_REDIRECT_BITS, ACS_REDIRECT_BITS)
+    assert_figures(probe, redirected)
+
+
+def test_setpci_on_the_rendered_sysfs_clears_and_restores_the_redirect(
+    cuda_on: Any, lab_root: Path
+) -> None:
+    """The operator's command itself, pointed at the temp root's sysfs."""
+    if shutil.which("setpci") is None:
+        pytest.skip("setpci (pciutils) is not installed")
+    state, text = boot_profile(lab_root, ACS_PROFILE, ACS_PASSTHROUGH_CMDLINE)
+    pair = acs_pair(state)
+    access = ["-A", "linux-sysfs", "-O", f"sysfs.path={lab_root / 'sys' / 'bus' / 'pci'}"]
+
+    def setpci_all(control: str) -> None:
+        for port in pair["acs_redirect_ports"]:
+            command = ["setpci", *access, "-s", port["bdf"], f"ECAP_ACS+6.w={control}"]
+            done = subprocess.run(command, capture_output=True, text=True, check=False)
+            assert done.returncode == 0, done.stderr
+
+    probe = PeerProbe(cuda_on(text))
+    assert_close(probe.gbytes_per_s(), pair["p2p"]["gbytes_per_s"])
+    setpci_all("0000:000c")
+    assert_close(probe.gbytes_per_s(), pair["p2p_without_acs_redirect"]["gbytes_per_s"])
+    setpci_all("000c:000c")
+    assert_close(probe.gbytes_per_s(), pair["p2p"]["gbytes_per_s"])
+
+
+def test_bidirectional_copies_follow_the_acs_redirect(cuda_on: Any, lab_root: Path) -> None:
+    state, text = boot_profile(lab_root, ACS_PROFILE, ACS_PASSTHROUGH_CMDLINE)
+    pair = acs_pair(state)
+    for config in acs_configs(lab_root, pair):
+        write_acs_control(config, 0x0000, ACS_REDIRECT_BITS)
+    cuda = cuda_on(text)
+    assert_close(
+        bidirectional_gbytes_per_s(cuda), pair["p2p_without_acs_redirect"]["bidir_gbytes_per_s"]
+    )
+
+
+@pytest.mark.parametrize(
+    "value_mask_by_port",
+    [
+        ((0x0000, 0x000C), None),
+        ((0x0000, 0x0004), (0x0000, 0x0004)),
+        ((0x0000, 0x0008), (0x0000, 0x0008)),
+    ],
+    ids=["other-port-redirects", "completion-redirect-left", "request-redirect-left"],
+)
+def test_any_redirecting_port_keeps_the_redirected_figures(
+    cuda_on: Any, lab_root: Path, value_mask_by_port: tuple[Any, ...]
+) -> None:
+    state, text = boot_profile(lab_root, ACS_PROFILE, ACS_PASSTHROUGH_CMDLINE)
+    pair = acs_pair(state)
+    for config, value_mask in zip(acs_configs(lab_root, pair), value_mask_by_port, strict=True):
+        if value_mask is not None:
+            write_acs_control(config, *value_mask)
+    probe = PeerProbe(cuda_on(text))
+    assert_close(probe.gbytes_per_s(), pair["p2p"]["gbytes_per_s"])
+
+
+@pytest.mark.parametrize("damage", ["truncated", "missing"])
+def test_an_unreadable_config_space_keeps_the_redirected_figures(
+    cuda_on: Any, lab_root: Path, damage: str
+) -> None:
+    state, text = boot_profile(lab_root, ACS_PROFILE, ACS_PASSTHROUGH_CMDLINE)
+    pair = acs_pair(state)
+    configs = acs_configs(lab_root, pair)
+    for config in configs:
+        write_acs_control(config, 0x0000, ACS_REDIRECT_BITS)
+    probe = PeerProbe(cuda_on(text))
+    assert_close(probe.gbytes_per_s(), pair["p2p_without_acs_redirect"]["gbytes_per_s"])
+    if damage == "truncated":  # what an unprivileged read of a real config file returns
+        configs[1].write_bytes(configs[1].read_bytes()[:64])
+    else:
+        configs[1].unlink()
+    assert_close(probe.gbytes_per_s(), pair["p2p"]["gbytes_per_s"])
+
+
+def test_a_translating_iommu_wins_over_cleared_acs_redirect(cuda_on: Any, lab_root: Path) -> None:
+    state, text = boot_profile(lab_root, ACS_PROFILE, ACS_TRANSLATED_CMDLINE)
+    pair = acs_pair(state)
+    assert pair["p2p"]["gbytes_per_s"] == 6.1  # the profile's p2p_iommu_translated
+    configs = acs_configs(lab_root, pair)
+    assert len(configs) == 2
+    for config in configs:
+        write_acs_control(config, 0x0000, ACS_REDIRECT_BITS)
+    probe = PeerProbe(cuda_on(text))
+    assert_figures(probe, pair["p2p"])

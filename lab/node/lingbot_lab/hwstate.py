@@ -7,6 +7,8 @@ from typing import Any
 from lingbot_lab.profile import (
     DEFAULT_LINK_RAMP_MS,
     NVIDIA_VENDOR_ID,
+    acs_redirect_ports,
+    ancestors,
     format_cpulist,
     parse_cpulist,
 )
@@ -15,6 +17,8 @@ STATE_SCHEMA = 1
 TOPOLOGY_LEVELS = {"PIX": 10, "PXB": 20, "PHB": 30, "NODE": 40, "SYS": 50}
 SWITCH_KINDS = ("switch_upstream", "switch_downstream", "chipset_port")
 ISOLATING_ACS_FLAGS = ("source_validation", "request_redirect", "completion_redirect")
+# Where the node's PCI functions are (each <bdf>/config is the function's config space).
+SYSFS_PCI_DEVICES = "/sys/bus/pci/devices"
 IOMMU_GROUP_TYPES = {"passthrough": "identity", "translated": "DMA-FQ"}
 # Bytes per lane and transfer, relative: transfers per second (GT/s) times the line code
 # (8b/10b up to Gen2, 128b/130b from Gen3).
@@ -69,19 +73,6 @@ def iommu_mode(cmdline: str, cpu_vendor: str, iommu_default: str) -> str:
     if (vendor_param, "on") in params:
         return "translated"
     return iommu_default
-
-
-def ancestors(profile: dict[str, Any], bdf: str) -> list[str]:
-    """Port bdfs from the device's parent up to (and including) its host bridge id."""
-    parents = {port["bdf"]: port["parent"] for port in profile["pcie_ports"]}
-    parents.update({gpu["bdf"]: gpu["parent"] for gpu in profile["gpus"]})
-    chain: list[str] = []
-    current = parents[bdf]
-    while True:
-        chain.append(current)
-        if current not in parents:
-            return chain
-        current = parents[current]
 
 
 def host_bridge_numa(profile: dict[str, Any], host_bridge_id: str) -> int:
@@ -259,9 +250,13 @@ def _pair_state(
         gpus[a]["lost"] or gpus[b]["lost"], noacpi, geforce, path["p2p"] is not None, nvlinks
     )
     p2p = None
+    without_redirect = None
     if status["read"] == "OK":
         translated = path["p2p_iommu_translated"] if mode == "translated" else None
         p2p = dict(translated or path["p2p"])
+        if translated is None and path["p2p_without_acs_redirect"] is not None:
+            without_redirect = dict(path["p2p_without_acs_redirect"])
+    ports = acs_redirect_ports(profile, gpus[a]["bdf"], gpus[b]["bdf"])
     drop_fault = any(f["kind"] == "p2p_write_drop_when_iommu_translated" for f in profile["faults"])
     return {
         "a": a,
@@ -271,6 +266,10 @@ def _pair_state(
         "nvlink_count": nvlinks,
         "p2p_status": status,
         "p2p": p2p,
+        "p2p_without_acs_redirect": without_redirect,
+        "acs_redirect_ports": [
+            {"bdf": bdf, "config_path": f"{SYSFS_PCI_DEVICES}/{bdf}/config"} for bdf in ports
+        ],
         "host_staged": dict(path["host_staged"]),
         "p2p_drops_writes": drop_fault and mode == "translated",
     }

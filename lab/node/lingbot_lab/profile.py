@@ -23,6 +23,11 @@ MAX_PCIE_GEN = 5
 # (libnvidia-ml and nvidia-smi read it; libcuda's busy/<i> records the load).
 DEFAULT_LINK_RAMP_MS = 250
 FAULT_KINDS = ("gpu_lost", "p2p_write_drop_when_iommu_translated", "device_fails_after_copies")
+# A path's measured figure sets: what a copy of that kind takes (paths[].<key>).
+PATH_FIGURE_SETS = ("p2p", "host_staged", "p2p_iommu_translated", "p2p_without_acs_redirect")
+PATH_FIGURES = ("gbytes_per_s", "bidir_gbytes_per_s", "latency_ns")
+# ACS control bits that send a switch's peer-to-peer requests or completions upstream.
+ACS_REDIRECT_FLAGS = ("request_redirect", "completion_redirect")
 ACS_FLAGS = (
     "source_validation",
     "request_redirect",
@@ -124,6 +129,40 @@ def format_cpulist(cpus: list[int]) -> str:
         ranges.append(str(first) if first == last else f"{first}-{last}")
         index = end + 1
     return ",".join(ranges)
+
+
+def ancestors(profile: dict[str, Any], bdf: str) -> list[str]:
+    """Port bdfs from the device's parent up to (and including) its host bridge id."""
+    parents = {port["bdf"]: port["parent"] for port in profile["pcie_ports"]}
+    parents.update({gpu["bdf"]: gpu["parent"] for gpu in profile["gpus"]})
+    chain: list[str] = []
+    current = parents[bdf]
+    while True:
+        chain.append(current)
+        if current not in parents:
+            return chain
+        current = parents[current]
+
+
+def acs_redirect_ports(profile: dict[str, Any], bdf_a: str, bdf_b: str) -> list[str]:
+    """The switch downstream ports whose ACS redirect decides the route of peer traffic
+    between two devices: where their paths meet in a switch, the downstream port of that
+    switch on each side (a peer request entering there turns around in the switch unless
+    the port redirects it upstream). Empty when the paths meet only in a root complex.
+    Downstream ports of lower switches forward the request upstream either way."""
+    chain_a = ancestors(profile, bdf_a)
+    chain_b = ancestors(profile, bdf_b)
+    common = next((bridge for bridge in chain_a if bridge in chain_b), None)
+    kinds = {port["bdf"]: port["kind"] for port in profile["pcie_ports"]}
+    if common is None or kinds.get(common) != "switch_upstream":
+        return []
+    below = [chain[: chain.index(common)] for chain in (chain_a, chain_b)]
+    sides = [ports[-1] for ports in below if ports]
+    return [bdf for bdf in sides if kinds.get(bdf) == "switch_downstream"]
+
+
+def acs_redirects(port: dict[str, Any]) -> bool:
+    return any(port["acs"][flag] for flag in ACS_REDIRECT_FLAGS)
 
 
 def _check_numa_nodes(check: ProfileChecker, profile: dict[str, Any]) -> None:
@@ -317,17 +356,20 @@ def _check_paths(check: ProfileChecker, profile: dict[str, Any]) -> None:
             check.fail(f"{where}.between", f"second path for GPUs {list(pair)}", "keep one")
         seen.add(pair)
         path.setdefault("p2p_iommu_translated", None)
+        path.setdefault("p2p_without_acs_redirect", None)
         path.setdefault("p2p", None)
         if path["p2p"] is None and "host_staged" not in path:
             check.fail(f"{where}", "neither p2p nor host_staged", "add host_staged")
-        for key in ("p2p", "host_staged", "p2p_iommu_translated"):
+        for key in PATH_FIGURE_SETS:
             measured = path.get(key)
             if measured is None:
                 if key == "host_staged":
                     check.fail(f"{where}.host_staged", "missing", "add the measured values")
                 continue
-            for field in ("gbytes_per_s", "bidir_gbytes_per_s", "latency_ns"):
+            for field in PATH_FIGURES:
                 check.number(check.require(measured, field, f"{where}.{key}"), f"{where}.{key}")
+        if path["p2p_without_acs_redirect"] is not None:
+            _check_without_acs_redirect(check, profile, path, where)
     for first in range(gpu_count):
         for second in range(first + 1, gpu_count):
             if (first, second) not in seen:
@@ -336,6 +378,36 @@ def _check_paths(check: ProfileChecker, profile: dict[str, Any]) -> None:
                     f"no path for GPUs [{first}, {second}]",
                     f"add a path with between: [{first}, {second}]",
                 )
+
+
+def _check_without_acs_redirect(
+    check: ProfileChecker, profile: dict[str, Any], path: dict[str, Any], where: str
+) -> None:
+    """p2p_without_acs_redirect is the pair's P2P once no port in acs_redirect_ports
+    redirects; p2p is then the figure with the profile's (redirecting) ACS settings."""
+    field = f"{where}.p2p_without_acs_redirect"
+    pair = sorted(path["between"])
+    if path["p2p"] is None:
+        check.fail(field, f"GPUs {pair} have no p2p path", "remove it or add p2p")
+    bdfs = [profile["gpus"][index]["bdf"] for index in pair]
+    port_bdfs = acs_redirect_ports(profile, *bdfs)
+    if not port_bdfs:
+        check.fail(
+            field,
+            f"the paths of GPUs {pair} do not meet in a PCIe switch, so no port's ACS redirect "
+            "changes their route",
+            "remove p2p_without_acs_redirect (p2p is the figure)",
+        )
+    ports = {port["bdf"]: port for port in profile["pcie_ports"]}
+    if not any(acs_redirects(ports[bdf]) for bdf in port_bdfs):
+        check.fail(
+            field,
+            f"no port on the path of GPUs {pair} ({', '.join(port_bdfs)}) has ACS "
+            "request_redirect or completion_redirect, so p2p already is the figure without "
+            "redirect",
+            "remove p2p_without_acs_redirect, or set request_redirect/completion_redirect in "
+            "those ports' acs and make p2p the redirected figure",
+        )
 
 
 def _check_faults(check: ProfileChecker, profile: dict[str, Any]) -> None:
