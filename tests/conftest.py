@@ -1,5 +1,7 @@
-"""Shared test set-up: the repository's python/, lab/node and the planner's lab inputs
-(tests/plan/plan_support.py, used by the plan, service and audit tests) on sys.path."""
+"""Shared test set-up: the repository's python/, lab/node and the helpers several suites
+use on sys.path: the planner's lab inputs (tests/plan/plan_support.py), a lab node's tree
+(tests/facts/facts_support.py) and a module run in this process
+(tests/malformed/malformed_support.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,14 @@ import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-for path in (REPO_ROOT / "python", REPO_ROOT / "lab" / "node", REPO_ROOT / "tests" / "plan"):
+TESTS = REPO_ROOT / "tests"
+for path in (
+    REPO_ROOT / "python",
+    REPO_ROOT / "lab" / "node",
+    TESTS / "plan",
+    TESTS / "facts",
+    TESTS / "malformed",
+):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 

@@ -852,9 +852,10 @@ def acs_redirect_findings(facts: Mapping[str, Any]) -> list[Finding]:
                     ),
                     evidence={"acs_control": acs.get("control"), "redirect": redirect},
                     fix=(
-                        "turn ACS redirect off for this port (BIOS, or setpci -s "
-                        f"{bridge['bdf']} ECAP_ACS+6.w at every boot) where isolation between "
-                        "the GPUs is not needed, then probe again"
+                        "where isolation between the devices behind the switch is not needed, "
+                        f"add {bridge['bdf']} to pcie_acs_redirect_off_bridges (role pcie_acs "
+                        "turns redirect off at every boot) or turn it off in the BIOS, then "
+                        "probe again"
                     ),
                 )
             )

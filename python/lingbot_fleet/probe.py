@@ -682,6 +682,7 @@ def run_probe(
         "timestamp": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "duration_s": 0.0,
         "parameters": parameters.document(),
+        "path_config": path_config(facts),
         "driver": {"cuda_driver_version": None},
         "gpus": [],
         "pairs": [],
@@ -776,6 +777,20 @@ def save_probe(document: dict[str, Any], save_dir: str | Path, keep: int) -> dic
     return {"latest": str(latest), "copy": str(copy), "pruned": [str(path) for path in pruned]}
 
 
+def path_config(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """What sets the GPUs' paths besides the GPUs themselves: the IOMMU mode and the ACS
+    control of every bridge above a GPU. A probe taken under another is not reused."""
+    controls = {
+        str(bridge.get("bdf")): (bridge.get("acs") or {}).get("control")
+        for gpu in facts.get("gpus") or []
+        for bridge in gpu.get("bridges") or []
+    }
+    return {
+        "iommu_mode": (facts.get("iommu") or {}).get("mode"),
+        "acs_controls": dict(sorted(controls.items())),
+    }
+
+
 def reuse_reason(
     saved: dict[str, Any] | None,
     facts: dict[str, Any],
@@ -786,10 +801,13 @@ def reuse_reason(
     """Why the saved probe still stands for this node (None: measure again).
 
     A result is reused while it is younger than max_age_s, was taken on the same GPUs
-    (the UUID set of the facts) and, given `parameters`, with the same figure parameters:
-    probing loads the links, which a serving node feels.
+    (the UUID set of the facts) under the same path configuration (``path_config``: the
+    IOMMU mode, the bridges' ACS) and, given `parameters`, with the same figure
+    parameters: probing loads the links, which a serving node feels.
     """
     if saved is None or max_age_s <= 0:
+        return None
+    if saved.get("path_config") != path_config(facts):
         return None
     if parameters is not None and figure_parameters(saved) != figure_parameters(
         {"parameters": parameters.document()}

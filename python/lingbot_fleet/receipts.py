@@ -104,6 +104,15 @@ def write_receipt(
     return True
 
 
+def remove_receipt(role: str, root: str = "/") -> bool:
+    """Remove the role's receipt (the role has nothing left on the node); True if it was."""
+    try:
+        os.unlink(receipt_path(role, root))
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def _valid(document: Any, role: str) -> bool:
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
         return False

@@ -210,7 +210,8 @@ def test_acs_redirect_on_the_switch_is_reported_per_port(
     assert acs[0].severity == "warning"
     assert "request redirect" in acs[0].message
     assert acs[0].fix.startswith(
-        f"turn ACS redirect off for this port (BIOS, or setpci -s {acs[0].subject}"
+        "where isolation between the devices behind the switch is not needed, add "
+        f"{acs[0].subject} to pcie_acs_redirect_off_bridges (role pcie_acs"
     )
     _node, healthy = facts_of(load_profile("pcie-4gpu-two-switches"), tmp_path / "b", lab_env)
     assert [f for f in check_links(healthy, POLICY) if f.code == "PCIE_ACS_REDIRECT"] == []

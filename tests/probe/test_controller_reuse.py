@@ -19,6 +19,7 @@ from lingbot_fleet.probe import (
     PROBE_FACT_NAME,
     ProbeParameters,
     controller_reuse,
+    path_config,
     probe_problems,
     save_probe,
 )
@@ -37,6 +38,7 @@ def saved_probe(**parameters: Any) -> dict[str, Any]:
         "schema_version": 1,
         "timestamp": "2026-05-28T20:26:40Z",
         "parameters": {**ProbeParameters().document(), **parameters},
+        "path_config": path_config(FACTS),
         "gpus": [{"index": i, "uuid": uuid} for i, uuid in enumerate(UUIDS)],
         "pairs": [],
         "errors": [],
@@ -58,6 +60,28 @@ def fact(probe: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
 
 def test_a_young_probe_of_the_same_gpus_and_parameters_is_reused() -> None:
     assert controller_reuse(options(), fact(), TAKEN_S + 3600) == (REUSED, "")
+
+
+def bridged(control: str, mode: str = "passthrough") -> dict[str, Any]:
+    """FACTS with a switch port above each GPU whose ACS control word is ``control``."""
+    bridge = {"bdf": "0000:18:00.0", "acs": {"control": control}}
+    return {
+        "iommu": {"mode": mode},
+        "gpus": [{**gpu, "bridges": [bridge]} for gpu in FACTS["gpus"]],
+    }
+
+
+def test_a_probe_taken_under_another_acs_or_iommu_setting_is_measured_again() -> None:
+    # Turning ACS redirect off (role pcie_acs) or booting into iommu=pt changes the paths
+    # the probe measured, with the same GPUs.
+    taken = {**saved_probe(), "path_config": path_config(bridged("0x001d"))}
+    reused, _ = controller_reuse(options(facts=bridged("0x001d")), fact(taken), TAKEN_S + 60)
+    assert reused
+    for facts in (bridged("0x0011"), bridged("0x001d", mode="translated")):
+        assert controller_reuse(options(facts=facts), fact(taken), TAKEN_S + 60)[0] is None
+    # A probe saved before the path configuration was recorded is measured again too.
+    old = {key: value for key, value in taken.items() if key != "path_config"}
+    assert controller_reuse(options(facts=bridged("0x001d")), fact(old), TAKEN_S + 60)[0] is None
 
 
 def test_parameters_from_the_saved_latest_json_is_the_saved_probe() -> None:

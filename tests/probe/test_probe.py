@@ -38,6 +38,7 @@ from lingbot_fleet.probe import (
     format_cpulist,
     parse_cpulist,
     parse_pairs,
+    path_config,
     reuse_reason,
     run_probe,
     save_probe,
@@ -437,6 +438,7 @@ def test_a_saved_probe_of_other_parameters_is_not_reused(phb: ProbedNode) -> Non
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "gpus": [{"uuid": gpu["uuid"]} for gpu in phb.facts["gpus"]],
         "parameters": ProbeParameters().document(),
+        "path_config": path_config(phb.facts),
     }
     now_s = time.time() + 60
     assert reuse_reason(saved, phb.facts, 86400, now_s, ProbeParameters()) is not None

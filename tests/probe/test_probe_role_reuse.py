@@ -11,8 +11,9 @@ from typing import Any
 
 import yaml
 
+from lingbot_fleet.facts.sysfs import iommu_facts
 from lingbot_fleet.playbook_run import PlaybookRun, run_playbook
-from lingbot_fleet.probe import ProbeParameters, save_probe
+from lingbot_fleet.probe import ProbeParameters, path_config, save_probe
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROBE_TASK = "Measure the GPU paths and save the result"
@@ -58,6 +59,8 @@ def saved_on_this_host(save_dir: Path, age_s: float, **parameters: Any) -> dict[
         "schema_version": 1,
         "timestamp": stamp,
         "parameters": {**ProbeParameters().document(), **parameters},
+        # This host's paths as gpu_facts reads them: its IOMMU mode, no GPU bridges.
+        "path_config": path_config({"iommu": iommu_facts("/"), "gpus": []}),
         "gpus": [],
         "pairs": [],
         "errors": [],

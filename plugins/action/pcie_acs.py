@@ -1,0 +1,77 @@
+"""Action plugin pcie_acs: answer from the node's receipt when nothing moved.
+
+The module leaves a receipt while its unit is installed (``lingbot_fleet.receipts``);
+gpu_facts, the first call of the run, returns it with the unit file's signature and the
+unit's state now (``ansible_facts.lingbot_receipts``). When the digest of this task's
+options is the receipt's, nothing moved, and the facts gathered in the same call show
+ACS redirect off on every named port (with an IOMMU that allows it), the plugin answers
+with what the module would return, without a connection. Anything else runs the module.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.plugins.action import ActionBase
+
+from lingbot_fleet import acs, receipts
+from lingbot_fleet.ansible_data import expanded_on_node
+from lingbot_fleet.ansible_data import plain_data as plain
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+
+    def receipt_answer(self, task_vars: dict[str, Any]) -> dict[str, Any] | None:
+        """The module's result when the node's receipt stands for these options, else None."""
+        if self._task.delegate_to or self._task.async_val:
+            return None
+        args = plain(self._task.args)
+        options = {key: value for key, value in args.items() if key in acs.ARGUMENT_SPEC}
+        if expanded_on_node(options.values()):
+            return None
+        validated = ArgumentSpecValidator(acs.ARGUMENT_SPEC).validate(options)
+        if validated.error_messages:
+            return None  # the module fails with its own message
+        params = validated.validated_parameters
+        facts = (task_vars.get("ansible_facts") or {}).get(receipts.FACT_NAME) or {}
+        try:
+            digest = receipts.options_digest(
+                acs.receipt_options(
+                    params["redirect_off_bridges"],
+                    params["allow_translating_iommu"],
+                    params["setpci"],
+                )
+            )
+            moved = acs.facts_agree(
+                params["redirect_off_bridges"], params["facts"], params["allow_translating_iommu"]
+            )
+        except acs.AcsError:
+            return None  # the module fails with its own message
+        if moved or receipts.unchanged(plain(facts.get(acs.RECEIPT_ROLE)), digest, time.time()):
+            return None
+        return {
+            "changed": False,
+            "actions": [],
+            "changed_paths": [],
+            "diff": [],
+            "decision": None,
+            "unit_changed": False,
+            "started": False,
+            "receipt": "stands",
+            "msg": "nothing changed since the module turned ACS redirect off (receipt); no call",
+        }
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        del tmp
+        answer = self.receipt_answer(task_vars or {})
+        if answer is not None:
+            result.update(answer)
+            return result
+        result.update(self._execute_module(task_vars=task_vars))
+        self._remove_tmp_path(self._connection._shell.tmpdir)
+        return result

@@ -1,0 +1,228 @@
+#!/usr/bin/python
+"""Ansible module: ACS redirect off at every boot on the PCIe switch ports named, opt-in."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: pcie_acs
+short_description: ACS request/completion redirect off on named PCIe switch ports, each boot
+description:
+  - ACS redirect on a PCIe switch's downstream port sends the peer traffic of the GPU below
+    it up to the root complex instead of across the switch. It is a PCIe register the
+    firmware or kernel sets at every boot, so it is turned off by a systemd unit
+    (C(lingbot-fleet-acs-redirect-off.service)) that runs C(setpci -s <port>
+    ECAP_ACS+6.w=0000:000c) at every boot and sets the bits back as they were when it is
+    stopped (a rollback stops it).
+  - Only switch downstream ports above one of the node's GPUs (in O(facts)) are accepted;
+    a root port, a chipset port or an unknown address fails naming the ports that are
+    accepted. A named port whose redirect is already off, not by this unit, is left alone.
+  - While the IOMMU translates (or its mode is unknown), nothing is applied and an
+    installed unit is taken away (ACS then keeps the devices' DMA apart), unless
+    O(allow_translating_iommu).
+  - An empty O(redirect_off_bridges) takes an installed unit away.
+  - The unit is checked with C(systemd-analyze verify) before it lands, saved first in the
+    run's generation, and shown in C(--diff). After the unit ran, the ports are read again
+    and the module fails when redirect is still on. In check mode nothing is written or run.
+extends_documentation_fragment:
+  - lingbot_generation
+options:
+  redirect_off_bridges:
+    description: The switch downstream ports (PCI addresses, e.g. C(0000:18:00.0)).
+    type: list
+    elements: str
+    default: []
+  allow_translating_iommu:
+    description: Turn redirect off even while the IOMMU translates.
+    type: bool
+    default: false
+  facts:
+    description: The node's GPU facts (C(ansible_facts.lingbot_gpu) from gpu_facts).
+    type: dict
+    required: true
+  setpci:
+    description: The setpci command (package pciutils); a name is looked up on PATH.
+    type: str
+    default: setpci
+  verify:
+    description: Check the unit with C(systemd-analyze verify) before writing it.
+    type: bool
+    default: true
+  root:
+    description: The node's root directory (tests).
+    type: path
+    default: /
+author:
+  - lingbot-fleet maintainers (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: ACS redirect off on the two switch ports above the GPUs
+  pcie_acs:
+    redirect_off_bridges: ["0000:18:00.0", "0000:18:01.0"]
+    facts: "{{ ansible_facts['lingbot_gpu'] }}"
+"""
+
+RETURN = r"""
+decision:
+  description:
+    - The ports the unit manages (with their redirect bits before), the named ports left
+      alone and why, and why nothing was applied (C(refused)).
+  returned: always
+  type: dict
+unit_changed:
+  description: Whether the unit file was written or removed (or would be).
+  returned: always
+  type: bool
+started:
+  description: Whether the unit was started or restarted, so the ports were written.
+  returned: always
+  type: bool
+actions:
+  description: What was done (or would be, in check mode).
+  returned: always
+  type: list
+  elements: str
+ansible_facts:
+  description: C(lingbot_gpu) with the ports read again, when the unit ran.
+  returned: when the unit ran
+  type: dict
+"""
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.lingbot_fleet import acs, receipts
+from ansible.module_utils.lingbot_fleet.nodefiles import (
+    GENERATION_ARGUMENT_SPEC,
+    NodeChanges,
+    NodeFileError,
+    run_command,
+)
+
+
+def verifier(module: AnsibleModule):
+    """systemd-analyze verify of the unit in a private directory; AcsError on a complaint
+    (systemd reports bad keys as warnings with exit status 0)."""
+
+    def verify(text: str) -> None:
+        if not module.params["verify"]:
+            return
+        analyze = module.get_bin_path("systemd-analyze", required=True)
+        workdir = tempfile.mkdtemp(prefix="lingbot-fleet-acs-unit.")
+        try:
+            path = os.path.join(workdir, acs.UNIT_NAME)
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            done = run_command([analyze, "verify", path], check=False)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        output = (done.stdout + done.stderr).replace(workdir + "/", "")
+        complaints = [line for line in output.splitlines() if acs.UNIT_NAME in line]
+        if done.rc != 0 or complaints:
+            raise acs.AcsError(
+                f"systemd-analyze verify refused {acs.UNIT_NAME}; nothing was written:\n"
+                + output.strip()
+            )
+
+    return verify
+
+
+def read_bridge(root: str):
+    from ansible.module_utils.lingbot_fleet.facts import sysfs
+
+    def read(bdf: str) -> dict:
+        return sysfs.bridge_facts(Path(os.path.realpath(sysfs.pci_devices_dir(root) / bdf)))
+
+    return read
+
+
+def keep_receipt(params: dict, decision: acs.AcsDecision) -> str:
+    """A receipt while the unit is installed (a later run answers from it without a call);
+    none once nothing is left on the node. Only a saving: when it cannot be written, the
+    next run pays for this call."""
+    root = params["root"]
+    try:
+        if not decision.ports:
+            return "removed" if receipts.remove_receipt(acs.RECEIPT_ROLE, root) else "none"
+        options = acs.receipt_options(
+            params["redirect_off_bridges"], params["allow_translating_iommu"], params["setpci"]
+        )
+        written = receipts.write_receipt(
+            acs.RECEIPT_ROLE,
+            receipts.options_digest(options),
+            [acs.UNIT_PATH],
+            {acs.UNIT_NAME: acs.UNIT_REQUIRED},
+            root,
+        )
+    except OSError as error:
+        return f"not written: {error}"
+    return "written" if written else "unchanged"
+
+
+def run_module() -> None:
+    module = AnsibleModule(
+        argument_spec={**acs.ARGUMENT_SPEC, **GENERATION_ARGUMENT_SPEC}, supports_check_mode=True
+    )
+    params = module.params
+    changes = NodeChanges.for_module(params, module.check_mode, params["root"])
+    result: dict = {"decision": None, "unit_changed": False, "started": False}
+
+    def fail(message: str) -> None:
+        module.fail_json(msg=message, **result, **changes.result())
+
+    try:
+        installed = changes.read(acs.UNIT_PATH)
+        decision = acs.decide(
+            params["redirect_off_bridges"],
+            params["facts"],
+            allow_translating_iommu=params["allow_translating_iommu"],
+            installed_unit=installed.decode("utf-8", "replace") if installed else None,
+        )
+        result["decision"] = decision.to_json()
+        if decision.refused:
+            module.warn(f"ACS redirect left on: {decision.refused}")
+        setpci = params["setpci"]
+        if decision.ports:
+            found = module.get_bin_path(setpci) if "/" not in setpci else setpci
+            if not found:
+                fail(f"{setpci} is not installed on this node: install pciutils and run again")
+            setpci = found
+        systemctl = module.get_bin_path("systemctl", required=True)
+        result.update(
+            acs.apply(
+                changes,
+                decision,
+                params["facts"],
+                setpci=setpci,
+                systemctl=systemctl,
+                verify_unit=verifier(module),
+            )
+        )
+    except (acs.AcsError, NodeFileError) as error:
+        fail(str(error))
+    if not module.check_mode:
+        result["receipt"] = keep_receipt(params, decision)
+    out = {**result, **changes.result()}
+    if result["started"] and not module.check_mode:
+        bdfs = [port.bdf for port in decision.ports]
+        facts = acs.refreshed_facts(params["facts"], read_bridge(params["root"]), bdfs)
+        still = acs.still_redirecting(facts, decision)
+        if still:
+            fail(
+                f"{acs.UNIT_NAME} ran but ACS redirect is still on for {', '.join(still)}; "
+                f"read journalctl -u {acs.UNIT_NAME} and lspci -vvv -s <port> (ACSCtl)"
+            )
+        out.setdefault("ansible_facts", {})["lingbot_gpu"] = facts
+    module.exit_json(**out)
+
+
+def main() -> None:
+    run_module()
+
+
+if __name__ == "__main__":
+    main()

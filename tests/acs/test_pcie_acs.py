@@ -1,0 +1,311 @@
+"""Role pcie_acs on a lab node's tree: the real setpci writes the ports' config space, a
+systemctl stand-in runs the unit's ExecStart and ExecStop lines, and a rollback through
+the generations sets the bits back as they were."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from facts_support import boot_lab_node
+from malformed_support import role_module, run_module
+
+from lingbot_fleet import acs, generations, receipts, rollback
+from lingbot_fleet.facts import gather_facts
+
+REPO = Path(__file__).resolve().parents[2]
+PROFILE = REPO / "lab" / "profiles" / "a6000-iommu-acs.yml"
+SWITCH_PORTS = ["0000:18:00.0", "0000:18:01.0"]
+ROOT_PORT = "0000:16:01.0"
+PASSTHROUGH = "BOOT_IMAGE=/boot/vmlinuz ro quiet intel_iommu=on iommu=pt"
+TRANSLATING = "BOOT_IMAGE=/boot/vmlinuz ro quiet intel_iommu=on"
+GDIR = "/var/lib/lingbot-fleet/generations"
+
+SYSTEMCTL = """#!{python}
+# systemctl for one unit: its state in a file, start/stop run the unit's ExecStart/ExecStop.
+import json, os, subprocess, sys
+unit_path = {unit_path!r}
+state_path = {state_path!r}
+with open({log!r}, "a") as log:
+    log.write(" ".join(sys.argv[1:]) + "\\n")
+state = {{"UnitFileState": "disabled", "ActiveState": "inactive"}}
+if os.path.exists(state_path):
+    state = json.load(open(state_path))
+def run(key):
+    for line in open(unit_path).read().splitlines():
+        if line.startswith(key + "="):
+            subprocess.run(line.split("=", 1)[1], shell=True, check=True)
+verb, rest = sys.argv[1], sys.argv[2:]
+if verb == "show":
+    loaded = "loaded" if os.path.exists(unit_path) else "not-found"
+    print(f"LoadState={{loaded}}\\nUnitFileState={{state['UnitFileState']}}")
+    print(f"ActiveState={{state['ActiveState']}}")
+elif verb in ("start", "restart"):
+    if verb == "restart" and state["ActiveState"] == "active":
+        run("ExecStop")
+    run("ExecStart")
+    state["ActiveState"] = "active"
+elif verb == "stop" or (verb == "disable" and "--now" in rest):
+    if state["ActiveState"] == "active":
+        run("ExecStop")
+    state["ActiveState"] = "inactive"
+if verb == "enable":
+    state["UnitFileState"] = "enabled"
+elif verb == "disable":
+    state["UnitFileState"] = "disabled"
+elif verb == "is-active":
+    sys.exit(0 if state["ActiveState"] == "active" else 3)
+json.dump(state, open(state_path, "w"))
+"""
+
+
+class Node:
+    """A lab node's tree with the commands the module and the rollback run."""
+
+    def __init__(self, tmp_path: Path, cmdline: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        raw = yaml.safe_load(PROFILE.read_text())
+        self.lab = boot_lab_node(raw, tmp_path, cmdline=cmdline)
+        self.root = self.lab.root
+        (self.root / "etc/systemd/system").mkdir(parents=True)
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        self.log = tmp_path / "systemctl.log"
+        (bin_dir / "systemctl").write_text(
+            SYSTEMCTL.format(
+                python=sys.executable,
+                unit_path=str(self.root / acs.UNIT_PATH.lstrip("/")),
+                state_path=str(tmp_path / "unit-state.json"),
+                log=str(self.log),
+            )
+        )
+        # The real setpci, reading and writing the node tree's config space files.
+        self.setpci = bin_dir / "setpci"
+        self.setpci.write_text(
+            f'#!/bin/sh\nexec {shutil.which("setpci")} -O sysfs.path={self.root}/sys/bus/pci "$@"\n'
+        )
+        for stub in bin_dir.iterdir():
+            stub.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+    def facts(self) -> dict[str, Any]:
+        return gather_facts(self.root, nvml="off", smi_command=["false"])
+
+    def acs_word(self, bdf: str) -> int:
+        read = subprocess.run(
+            [str(self.setpci), "-s", bdf, acs.ACS_CONTROL_REGISTER],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return int(read.stdout.strip(), 16)
+
+    def run(
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        facts: dict[str, Any],
+        *,
+        check_mode: bool = False,
+        **args: Any,
+    ) -> dict[str, Any]:
+        arguments = {
+            "facts": facts,
+            "root": str(self.root),
+            "setpci": str(self.setpci),
+            "generation_run_id": "run-1",
+            **args,
+        }
+        return run_module(
+            monkeypatch, role_module("pcie_acs", "pcie_acs"), arguments, check_mode=check_mode
+        )
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """Every file the toolkit could have written (the node's /etc and /var)."""
+    return {
+        str(path.relative_to(root)): path.read_bytes()
+        for top in ("etc", "var")
+        for path in sorted((root / top).rglob("*"))
+        if path.is_file()
+    }
+
+
+def test_named_switch_ports_lose_redirect_and_a_rollback_sets_it_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = Node(tmp_path, PASSTHROUGH, monkeypatch)
+    assert [node.acs_word(bdf) for bdf in SWITCH_PORTS] == [0x001D, 0x001D]
+    facts = node.facts()
+
+    preview = node.run(monkeypatch, facts, redirect_off_bridges=SWITCH_PORTS, check_mode=True)
+    assert preview["failed"] is False, preview
+    assert f"would create {acs.UNIT_PATH}" in preview["actions"]
+    assert not (node.root / acs.UNIT_PATH.lstrip("/")).exists()
+    assert [node.acs_word(bdf) for bdf in SWITCH_PORTS] == [0x001D, 0x001D]
+
+    done = node.run(monkeypatch, facts, redirect_off_bridges=["18:00.0", "0000:18:01.0"])
+    assert done["failed"] is False, done
+    assert done["changed"] is True and done["started"] is True
+    # Request and completion redirect off; source validation and upstream forwarding stay.
+    assert [node.acs_word(bdf) for bdf in SWITCH_PORTS] == [0x0011, 0x0011]
+    assert node.acs_word(ROOT_PORT) == 0x001D
+    unit = (node.root / acs.UNIT_PATH.lstrip("/")).read_text()
+    assert f"ExecStart={node.setpci} -s 0000:18:00.0 ECAP_ACS+6.w=0000:000c" in unit
+    assert f"ExecStop={node.setpci} -s 0000:18:01.0 ECAP_ACS+6.w=000c:000c" in unit
+    refreshed = done["ansible_facts"]["lingbot_gpu"]
+    controls = {b["bdf"]: b["acs"]["control"] for g in refreshed["gpus"] for b in g["bridges"]}
+    assert controls == {**dict.fromkeys(SWITCH_PORTS, "0x0011"), ROOT_PORT: "0x001d"} | {
+        "0000:17:00.0": "0x0000"
+    }
+
+    # Converged: the second run, on the facts as they are now, touches nothing.
+    calls = node.log.read_text()
+    again = node.run(monkeypatch, node.facts(), redirect_off_bridges=SWITCH_PORTS)
+    assert again["failed"] is False and again["changed"] is False, again
+    assert node.log.read_text()[len(calls) :].split() == ["show", *acs_show_args()]
+
+    generations.commit(GDIR, "run-1", {"playbook": "site.yml"}, root=str(node.root))
+    before = tree(node.root)
+    request = rollback.RollbackRequest(GDIR, "rb", root=str(node.root), target=0)
+    undone = rollback.roll_back(request, check_mode=False, find_bin=shutil.which)
+    assert acs.UNIT_NAME in undone["rollback"]["units_to_stop"]
+    assert [node.acs_word(bdf) for bdf in SWITCH_PORTS] == [0x001D, 0x001D]
+    assert not (node.root / acs.UNIT_PATH.lstrip("/")).exists()
+    assert set(tree(node.root)) - set(before) <= {
+        name for name in tree(node.root) if name.startswith("var/lib/lingbot-fleet/gen")
+    }
+
+
+def acs_show_args() -> list[str]:
+    return [*(f"--property={name}" for name in acs.UNIT_STATE_PROPERTIES), "--", acs.UNIT_NAME]
+
+
+def test_an_empty_list_takes_the_unit_away_and_restores_the_bits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = Node(tmp_path, PASSTHROUGH, monkeypatch)
+    installed = node.run(monkeypatch, node.facts(), redirect_off_bridges=SWITCH_PORTS[:1])
+    assert installed["failed"] is False, installed
+    assert [node.acs_word(bdf) for bdf in SWITCH_PORTS] == [0x0011, 0x001D]
+    # Installed for one port: the second port added stops the unit first (bits back),
+    # then runs it for both.
+    both = node.run(monkeypatch, node.facts(), redirect_off_bridges=SWITCH_PORTS)
+    assert both["failed"] is False, both
+    assert [p["redirect_bits_before"] for p in both["decision"]["ports"]] == ["0x000c"] * 2
+    assert [node.acs_word(bdf) for bdf in SWITCH_PORTS] == [0x0011, 0x0011]
+    removed = node.run(monkeypatch, node.facts(), redirect_off_bridges=[])
+    assert removed["failed"] is False and removed["changed"] is True, removed
+    assert [node.acs_word(bdf) for bdf in SWITCH_PORTS] == [0x001D, 0x001D]
+    assert not (node.root / acs.UNIT_PATH.lstrip("/")).exists()
+    assert removed["receipt"] == "removed"
+
+
+@pytest.mark.parametrize(
+    ("named", "fragment"),
+    [
+        (
+            [ROOT_PORT],
+            "0000:16:01.0 is a root_port, not a switch downstream port; ACS on root and "
+            "chipset ports keeps the devices below them apart and is left as it is. Name the "
+            "switch downstream ports instead: 0000:18:00.0, 0000:18:01.0",
+        ),
+        (
+            ["0000:42:00.0"],
+            "0000:42:00.0 is not a bridge above any GPU of this node; the switch downstream "
+            "ports above its GPUs are: 0000:18:00.0, 0000:18:01.0",
+        ),
+        (["18-00-0"], "'18-00-0' is not a PCI address; write it as lspci -D prints it"),
+    ],
+)
+def test_a_port_the_toolkit_will_not_touch_fails_and_nothing_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, named: list[str], fragment: str
+) -> None:
+    node = Node(tmp_path, PASSTHROUGH, monkeypatch)
+    before = tree(node.root)
+    failed = node.run(monkeypatch, node.facts(), redirect_off_bridges=[SWITCH_PORTS[0], *named])
+    assert failed["failed"] is True
+    assert fragment in failed["msg"]
+    assert tree(node.root) == before
+    assert [node.acs_word(bdf) for bdf in SWITCH_PORTS] == [0x001D, 0x001D]
+
+
+def test_a_translating_iommu_keeps_redirect_unless_the_operator_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = Node(tmp_path, TRANSLATING, monkeypatch)
+    facts = node.facts()
+    assert facts["iommu"]["mode"] == "translated"
+    kept = node.run(monkeypatch, facts, redirect_off_bridges=SWITCH_PORTS)
+    assert kept["failed"] is False and kept["changed"] is False, kept
+    assert kept["decision"]["refused"].startswith("the IOMMU is translated on this node")
+    assert [node.acs_word(bdf) for bdf in SWITCH_PORTS] == [0x001D, 0x001D]
+    forced = node.run(
+        monkeypatch, facts, redirect_off_bridges=SWITCH_PORTS, allow_translating_iommu=True
+    )
+    assert forced["failed"] is False and forced["changed"] is True, forced
+    assert [node.acs_word(bdf) for bdf in SWITCH_PORTS] == [0x0011, 0x0011]
+
+
+def facts_with_port(control: int, installed: str | None = None) -> acs.AcsDecision:
+    bits = {"request_redirect": bool(control & 4), "completion_redirect": bool(control & 8)}
+    bridge = {
+        "bdf": "0000:18:00.0",
+        "port_type": "switch_downstream",
+        "acs_status": "read",
+        "acs": {"control": f"0x{control:04x}", **bits},
+    }
+    facts = {"iommu": {"mode": "passthrough"}, "gpus": [{"index": 0, "bridges": [bridge]}]}
+    return acs.decide(
+        ["0000:18:00.0"], facts, allow_translating_iommu=False, installed_unit=installed
+    )
+
+
+def test_a_port_already_off_is_left_alone_unless_the_unit_turned_it_off() -> None:
+    assert facts_with_port(0x0011).ports == ()
+    assert facts_with_port(0x0011).left_alone[0][0] == "0000:18:00.0"
+    # Only request redirect was on: only it comes back when the unit is stopped.
+    [port] = facts_with_port(0x0015).ports
+    assert port.redirect_bits_before == 0x0004
+    unit = acs.unit_text([port], "/usr/bin/setpci")
+    assert "ExecStop=/usr/bin/setpci -s 0000:18:00.0 ECAP_ACS+6.w=0004:000c" in unit
+    # Once the unit turned it off, the facts show it off: the unit's record stands.
+    assert facts_with_port(0x0011, installed=unit).ports == (port,)
+    assert json.loads(json.dumps(facts_with_port(0x0011, installed=unit).to_json()))["ports"] == [
+        {"bdf": "0000:18:00.0", "redirect_bits_before": "0x0004"}
+    ]
+
+
+def test_the_receipt_stands_only_while_the_facts_show_redirect_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the action plugin asks before it answers without a module call."""
+    node = Node(tmp_path, PASSTHROUGH, monkeypatch)
+    done = node.run(monkeypatch, node.facts(), redirect_off_bridges=SWITCH_PORTS)
+    assert done["receipt"] == "written"
+    options = acs.receipt_options(SWITCH_PORTS, False, str(node.setpci))
+    digest = receipts.options_digest(options)
+
+    def entry(unit_state: dict[str, str]) -> dict[str, Any]:
+        found = receipts.read_receipts(
+            str(node.root), lambda units: dict.fromkeys(units, unit_state), time.time()
+        )
+        return found[acs.RECEIPT_ROLE]
+
+    assert receipts.unchanged(entry(acs.UNIT_REQUIRED), digest, time.time()) is None
+    assert acs.facts_agree(SWITCH_PORTS, node.facts(), allow=False) is None
+    failed = {"UnitFileState": "enabled", "ActiveState": "failed"}
+    assert receipts.unchanged(entry(failed), digest, time.time()) is not None
+    other = receipts.options_digest(acs.receipt_options(SWITCH_PORTS[:1], False, "setpci"))
+    assert receipts.unchanged(entry(acs.UNIT_REQUIRED), other, time.time()) is not None
+    # The bits came back (a boot whose unit failed): the facts say so, the module runs.
+    subprocess.run([str(node.setpci), "-s", SWITCH_PORTS[1], "ECAP_ACS+6.w=000c:000c"], check=True)
+    assert acs.facts_agree(SWITCH_PORTS, node.facts(), allow=False) == (
+        "ACS redirect is on at 0000:18:01.0 (or it is not above a GPU)"
+    )
