@@ -77,7 +77,7 @@ def test_adding_iommu_pt_stops_the_write_drop_and_uses_the_direct_path():
     assert [g["iommu_group"] for g in passthrough["gpus"]] == [4, 5]
 
 
-SWITCH_P2P = {"gbytes_per_s": 25.1, "bidir_gbytes_per_s": 49.2, "latency_ns": 1080}
+SWITCH_P2P = {"gbytes_per_s": 27.4, "bidir_gbytes_per_s": 52.6, "latency_ns": 1080}
 ACS_PORT_CONFIGS = [
     {"bdf": "0000:18:00.0", "config_path": "/sys/bus/pci/devices/0000:18:00.0/config"},
     {"bdf": "0000:18:01.0", "config_path": "/sys/bus/pci/devices/0000:18:01.0/config"},
@@ -95,7 +95,7 @@ def test_the_switch_figures_without_acs_redirect_and_the_ports_that_decide():
     assert backward["acs_redirect_ports"] == ACS_PORT_CONFIGS[::-1]
     lines = flatten_state(passthrough).splitlines()
     for expected in (
-        "pair.0.1.p2p_without_acs_redirect.gbytes_per_s 25.1",
+        "pair.0.1.p2p_without_acs_redirect.gbytes_per_s 27.4",
         "pair.0.1.p2p_without_acs_redirect.latency_ns 1080",
         "pair.0.1.acs_redirect_ports.count 2",
         "pair.0.1.acs_redirect_ports.1.config_path /sys/bus/pci/devices/0000:18:01.0/config",
