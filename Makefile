@@ -10,11 +10,14 @@ APT_PACKAGES := python3 python3-venv python3-dev gcc make openssh-client deboots
 DEMO_PROFILES ?= a6000-phb,a6000-chipset,a6000-noacpi,a6000-persistenced-off,a6000-x8
 PYTEST_ARGS ?=
 
-.PHONY: help setup apt-packages native demo test lint unit lab-test molecule bench lab-down clean
+.PHONY: help setup apt-packages native demo test lint unit lab-test molecule bench lab-down clean \
+	collection wheel ee-context
 
 help:
 	@echo "make demo   boot a lab of simulated GPU servers and run site.yml on it"
 	@echo "make test   lint and every test (unit, lab integration, molecule)"
+	@echo "make collection / wheel / ee-context   the collection lingbot.fleet, the CLI wheel"
+	@echo "            carrying it, the execution environment's build context (ansible-builder)"
 
 apt-packages:
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -57,6 +60,18 @@ $(CHROMIUM):
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 		chromium-headless-shell >/dev/null; }
 	test -x $@
+
+# The Ansible collection lingbot.fleet (tree and tarball in build/collection), the CLI wheel
+# that carries it (build/dist) and the execution environment's build context (context/),
+# all generated from this tree by collection/build.py. tests/collection builds its own copies.
+collection: setup
+	$(BIN)/python collection/build.py collection --output-dir build/collection
+
+wheel: collection
+	$(BIN)/python collection/build.py wheel --output-dir build/dist
+
+ee-context: collection
+	$(BIN)/ansible-builder create --context context -f execution-environment.yml
 
 native: setup
 	$(MAKE) -s -C lab/native

@@ -11,22 +11,18 @@ provisioning. Changes nothing.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 from ansible.plugins.action import ActionBase
 
-_REPO = Path(__file__).resolve().parents[2]
-if str(_REPO / "python") not in sys.path:
-    sys.path.insert(0, str(_REPO / "python"))
-
-from lingbot_fleet.audit.evaluate import AuditPolicy, evaluate_node  # noqa: E402
-from lingbot_fleet.audit.node_document import complete_node  # noqa: E402
-from lingbot_fleet.cmdline import PolicyError  # noqa: E402
-from lingbot_fleet.plan import PlanInputError  # noqa: E402
-from lingbot_fleet.policy import check_policy, load_role_specs  # noqa: E402
+from lingbot_fleet.audit.evaluate import AuditPolicy, evaluate_node
+from lingbot_fleet.audit.node_document import complete_node
+from lingbot_fleet.cmdline import PolicyError
+from lingbot_fleet.plan import PlanInputError
+from lingbot_fleet.policy import check_policy, load_role_specs
+from lingbot_fleet.role_dirs import RolesNotFoundError, roles_dir
 
 # Read once per host: libyaml's loader, when PyYAML has it, is ten times faster.
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -50,8 +46,8 @@ def role_defaults(roles_dir: Path) -> dict[str, Any]:
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
 
-    def _policy_vars(self, task_vars: dict[str, Any]) -> dict[str, Any]:
-        values = role_defaults(_REPO / "roles")
+    def _policy_vars(self, task_vars: dict[str, Any], roles: Path) -> dict[str, Any]:
+        values = role_defaults(roles)
         prefixes = tuple(f"{role}_" for role in POLICY_ROLES)
         for key, value in task_vars.items():
             if key.startswith(prefixes):
@@ -63,7 +59,12 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         # The role's own argument check is skipped by playbooks/audit.yml: the variables of
         # the audit and of the policy it judges with are checked here, in this one task.
-        specs = load_role_specs(_REPO / "roles")
+        try:
+            roles = roles_dir("fleet_audit", self._loader, self._task.collections)
+        except RolesNotFoundError as error:
+            result.update(failed=True, changed=False, msg=str(error))
+            return result
+        specs = load_role_specs(roles)
         problems = check_policy(
             task_vars, {role: specs[role] for role in SPEC_ROLES if role in specs}
         )
@@ -83,7 +84,7 @@ class ActionModule(ActionBase):
         if node_result.get("failed") or "node" not in node_result:
             return {**result, **node_result, "failed": True}
         try:
-            policy = AuditPolicy.from_vars(self._policy_vars(task_vars))
+            policy = AuditPolicy.from_vars(self._policy_vars(task_vars, roles))
             record = evaluate_node(complete_node(node_result["node"]), policy, fresh_probe)
         except (PolicyError, PlanInputError, ValueError, TypeError) as error:
             result.update(

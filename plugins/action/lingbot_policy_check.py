@@ -6,16 +6,15 @@ problem found, each naming the variable and the fix.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from ansible.plugins.action import ActionBase
 
-_REPO = Path(__file__).resolve().parents[2]
-if str(_REPO / "python") not in sys.path:
-    sys.path.insert(0, str(_REPO / "python"))
+from lingbot_fleet.policy import check_policy, load_role_specs, play_wide_problems
+from lingbot_fleet.role_dirs import RolesNotFoundError, roles_dir
 
-from lingbot_fleet.policy import check_policy, load_role_specs, play_wide_problems  # noqa: E402
+# A role of the toolkit: the directory it is in holds every role whose specs are checked.
+ANCHOR_ROLE = "generations"
 
 
 class ActionModule(ActionBase):
@@ -25,8 +24,15 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        roles_dir = Path(self._task.args.get("roles_dir") or _REPO / "roles")
-        problems = check_policy(task_vars, load_role_specs(roles_dir))
+        try:
+            roles = Path(
+                self._task.args.get("roles_dir")
+                or roles_dir(ANCHOR_ROLE, self._loader, self._task.collections)
+            )
+        except RolesNotFoundError as error:
+            result.update(failed=True, changed=False, msg=str(error))
+            return result
+        problems = check_policy(task_vars, load_role_specs(roles))
         variable_manager = self._task.get_variable_manager()
         extra_vars = variable_manager.extra_vars if variable_manager is not None else {}
         problems += play_wide_problems(task_vars, extra_vars)

@@ -12,17 +12,12 @@ unchanged. A converged node costs this one module call.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-_REPO = Path(__file__).resolve().parents[2]
-if str(_REPO / "python") not in sys.path:
-    sys.path.insert(0, str(_REPO / "python"))
-
-from lingbot_fleet.plan_gather import PlanGatherError, gather_plan_inputs  # noqa: E402
+from lingbot_fleet.plan_gather import PlanGatherError, gather_plan_inputs
+from lingbot_fleet.role_dirs import RolesNotFoundError, roles_dir
 
 MODULE = "lingbot_service"
 
@@ -37,10 +32,9 @@ class ActionModule(ActionBase):
         args = dict(self._task.args)
         if "plan" not in args and "plan_inputs" not in args:
             try:
-                args["plan_inputs"] = gather_plan_inputs(
-                    task_vars, self._templar.template, _REPO / "roles"
-                )
-            except PlanGatherError as error:
+                roles = roles_dir(MODULE, self._loader, self._task.collections)
+                args["plan_inputs"] = gather_plan_inputs(task_vars, self._templar.template, roles)
+            except (PlanGatherError, RolesNotFoundError) as error:
                 result.update(failed=True, changed=False, msg=str(error))
                 return result
         try:

@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-
-from ansible.errors import AnsibleLookupError
-from ansible.plugins.lookup import LookupBase
-from ansible.utils.hashing import checksum
-
 DOCUMENTATION = r"""
 ---
 name: lingbot_pynvml
@@ -25,7 +19,7 @@ options:
     elements: str
     required: false
 author:
-  - lingbot-fleet
+  - lingbot-fleet maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -42,6 +36,12 @@ _raw:
   type: list
   elements: str
 """
+
+import importlib.util
+
+from ansible.errors import AnsibleLookupError
+from ansible.plugins.lookup import LookupBase
+from ansible.utils.hashing import checksum
 
 FIELDS = ("path", "sha1")
 

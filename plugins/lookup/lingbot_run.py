@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
-from ansible.plugins.lookup import LookupBase
-
-from lingbot_fleet.runs import live_runs, register, run_identity
-
 DOCUMENTATION = r"""
 ---
 name: lingbot_run
@@ -21,7 +15,7 @@ description:
     removes the records of runs that are gone. A node lock held by a run of this controller
     that is not live is taken over by the next run (generations role, lock.json).
 author:
-  - lingbot-fleet
+  - lingbot-fleet maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -36,6 +30,12 @@ _raw:
   type: list
   elements: dict
 """
+
+import os
+
+from ansible.plugins.lookup import LookupBase
+
+from lingbot_fleet.runs import live_runs, register, run_identity
 
 
 class LookupModule(LookupBase):

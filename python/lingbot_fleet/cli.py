@@ -63,6 +63,19 @@ def _cmd_parse(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_playbooks(args: argparse.Namespace) -> int:
+    from .collection import CollectionNotFoundError, find_content  # noqa: PLC0415
+
+    try:
+        content = find_content()
+    except CollectionNotFoundError as error:
+        print(f"lingbot-fleet playbooks: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    for path in sorted(content.playbooks_dir.glob("*.yml")):
+        print(f"{content.source}\t{path}")
+    return EXIT_OK
+
+
 DEFAULT_LAB_PROFILES = "a6000-phb,a6000-chipset,a6000-noacpi,a6000-persistenced-off"
 
 
@@ -93,6 +106,13 @@ def build_parser() -> argparse.ArgumentParser:
     parse.add_argument("kind", choices=KINDS)
     parse.add_argument("file")
     parse.set_defaults(func=_cmd_parse)
+
+    playbooks = commands.add_parser(
+        "playbooks",
+        help="list the playbooks the commands run and where they come from "
+        "(wheel, checkout or installed collection lingbot.fleet)",
+    )
+    playbooks.set_defaults(func=_cmd_playbooks)
 
     from .audit.cli import add_audit_parser  # noqa: PLC0415
     from .generations_cli import add_generations_parser  # noqa: PLC0415

@@ -69,10 +69,9 @@ class Closure:
 
 
 def package_dir() -> Path:
-    """The directory of the installed lingbot_fleet package."""
-    import lingbot_fleet  # noqa: PLC0415 - the installed package, wherever it is
-
-    return Path(lingbot_fleet.__file__).resolve().parent
+    """The directory of the lingbot_fleet package this module is part of, wherever it is
+    installed: site-packages, a checkout, or an Ansible collection's plugin_utils."""
+    return Path(__file__).resolve().parent
 
 
 def module_file(root: Path, name: str) -> Path | None:

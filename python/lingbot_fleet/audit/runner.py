@@ -1,4 +1,7 @@
-"""Drive playbooks/audit.yml through ansible-runner and collect each host's result.
+"""Drive the audit playbook through ansible-runner and collect each host's result.
+
+The playbook is the collection's (lingbot.fleet.audit), found by lingbot_fleet.collection:
+the one the wheel carries, a checkout's, or the installed collection.
 
 Results come from the runner's events, never from files on the nodes: `runner_on_ok` of
 the lingbot_audit_node task carries the host's audit record, `runner_on_unreachable` and
@@ -16,15 +19,13 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from ..collection import CollectionNotFoundError, Content, find_content
 from ..findings import severity_rank
 from .fleet import STATUS_FAILED, STATUS_UNREACHABLE, AuditOutcome, node_status
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-PLAYBOOK = REPO_ROOT / "playbooks" / "audit.yml"
-ANSIBLE_CONFIG = REPO_ROOT / "ansible.cfg"
+PLAYBOOK_NAME = "audit"
 HOST_GROUP = "gpu-nodes"
 AUDIT_ACTION = "lingbot_audit_node"
 # ansible-playbook exit codes that still mean "the playbook ran": some hosts failed (2)
@@ -46,8 +47,17 @@ class AuditRun:
     strategy: str = "linear"
 
 
+def audit_content() -> Content:
+    """The content the audit runs; AuditError naming the fix when there is none."""
+    try:
+        return find_content()
+    except CollectionNotFoundError as error:
+        raise AuditError(str(error)) from error
+
+
 def _ansible_environment() -> None:
-    os.environ.setdefault("ANSIBLE_CONFIG", str(ANSIBLE_CONFIG))
+    for key, value in audit_content().environment.items():
+        os.environ.setdefault(key, value)
     bin_dir = os.path.dirname(sys.executable)
     if os.path.exists(os.path.join(bin_dir, "ansible-playbook")):
         path = os.environ.get("PATH", "")
@@ -143,6 +153,8 @@ def run_audit(
 
     severity_rank(run.threshold)
     require_inventory(run.inventory)
+    content = audit_content()
+    playbook = content.playbook(PLAYBOOK_NAME)
     _ansible_environment()  # before the thread: the runner's child needs the PATH too
     reading = _HostsReading(run)
     outcome = AuditOutcome(hosts=[])
@@ -169,13 +181,15 @@ def run_audit(
     try:
         runner = ansible_runner.run(
             private_data_dir=private_dir,
-            project_dir=str(REPO_ROOT),
-            playbook=str(PLAYBOOK),
+            project_dir=str(playbook.parent.parent)
+            if content.source == "checkout"
+            else os.getcwd(),
+            playbook=str(playbook),
             inventory=os.path.abspath(run.inventory),
             limit=run.limit,
             forks=run.forks,
             extravars={"audit_probe": run.fresh_probe},
-            envvars={"ANSIBLE_CONFIG": str(ANSIBLE_CONFIG), "ANSIBLE_STRATEGY": run.strategy},
+            envvars={**content.environment, "ANSIBLE_STRATEGY": run.strategy},
             event_handler=collector.handle,
             quiet=True,
         )
@@ -188,7 +202,7 @@ def run_audit(
         if runner.status not in ("successful", "failed") or runner.rc not in PLAYBOOK_RAN_RCS:
             tail = runner.stdout.read()[-2000:] if runner.stdout else ""
             raise AuditError(
-                f"ansible-playbook {PLAYBOOK.name} ended with status {runner.status}, exit "
+                f"ansible-playbook {playbook} ended with status {runner.status}, exit "
                 f"code {runner.rc}:\n{tail}"
             )
     finally:

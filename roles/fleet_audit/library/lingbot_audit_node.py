@@ -57,11 +57,13 @@ options:
     default: /var/lib/lingbot-fleet/generations
 attributes:
   check_mode:
+    description: Can run in check mode and predicts the change without making it.
     support: full
   diff_mode:
+    description: Returns the before and after of what it changes (or would change) with --diff.
     support: none
 author:
-  - lingbot-fleet
+  - lingbot-fleet maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -38,7 +38,7 @@ description:
     Returns C(reboot_required) for the restored kernel command line.
 version_added: "0.1.0"
 author:
-  - lingbot-fleet
+  - lingbot-fleet maintainers (!UNKNOWN)
 options:
   action:
     description: What to do.
@@ -118,8 +118,10 @@ options:
     default: /
 attributes:
   check_mode:
+    description: Can run in check mode and predicts the change without making it.
     support: full
   diff_mode:
+    description: Returns the before and after of what it changes (or would change) with --diff.
     support: none
 """
 

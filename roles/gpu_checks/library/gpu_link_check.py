@@ -65,6 +65,16 @@ options:
       - Its H2D/D2H figures are judged against the floor of what each GPU's PCIe path
         can do, while the probe is younger than the role's gpu_checks_probe_max_age_s.
     type: dict
+  probe_max_age_s:
+    description:
+      - The probe's link readings under load count only while the probe is younger than
+        this (seconds); an older probe's readings are not judged without a load sample.
+    type: float
+    default: 3600.0
+  load_min_s:
+    description: Sustained copies a reading must have had to count as under load (seconds).
+    type: float
+    default: 0.5
   expected_links:
     description: GPU model (as NVML names it) -> C({gen, width}) expected of it.
     type: dict
@@ -95,11 +105,13 @@ options:
     default: false
 attributes:
   check_mode:
+    description: Can run in check mode and predicts the change without making it.
     support: full
   diff_mode:
+    description: Returns the before and after of what it changes (or would change) with --diff.
     support: none
 author:
-  - lingbot-fleet
+  - lingbot-fleet maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -133,7 +145,7 @@ load_note:
   returned: always
   type: str
 summary:
-  description: One line per finding, "<severity> <code> <subject>: <message>".
+  description: 'One line per finding, "<severity> <code> <subject>: <message>".'
   returned: always
   type: list
   elements: str

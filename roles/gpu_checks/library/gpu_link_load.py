@@ -17,9 +17,9 @@ description:
   - Changes nothing on the node; the GPUs are busy for about I(duration_s).
   - When no load can be made (no libcuda, no device), C(possible) is false with the reason.
   - With I(probe) and I(facts), no load is made when the probe's readings stand in for
-    one: the probe is younger than I(probe_max_age_s) and every GPU the driver answers for
+    one (the probe is younger than I(probe_max_age_s) and every GPU the driver answers for
     has a reading taken after at least I(min_load_s) of sustained copies, in P0 before and
-    after. The role calls it through the action plugin of the same name, which decides
+    after). The role calls it through the action plugin of the same name, which decides
     that on the controller, so a fresh probe costs no connection.
 options:
   facts:
@@ -63,11 +63,13 @@ options:
     default: nvidia-smi
 attributes:
   check_mode:
+    description: Can run in check mode and predicts the change without making it.
     support: full
   diff_mode:
+    description: Returns the before and after of what it changes (or would change) with --diff.
     support: none
 author:
-  - lingbot-fleet
+  - lingbot-fleet maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -81,7 +83,7 @@ RETURN = r"""
 load:
   description: possible, reason (when not), sampler (nvml or nvidia-smi), min_load_s,
     notes, and per GPU ordinal, bus_id, possible, copies, copied_bytes, elapsed_ms,
-    h2d_gbytes_per_s (with every GPU loading at once: the host's bandwidth is shared; the
+    h2d_gbytes_per_s (with every GPU loading at once, the host's bandwidth is shared; the
     probe's figure is the GPU's own) and reading ({gen, width, performance_state,
     pstate_before, pstate_after, load_s}, or {error, load_s}). Null when the probe's
     readings stood in.

@@ -80,13 +80,16 @@ options:
     default: true
 attributes:
   check_mode:
+    description: Can run in check mode and predicts the change without making it.
     support: full
   diff_mode:
+    description: Returns the before and after of what it changes (or would change) with --diff.
     support: none
   facts:
+    description: Returns C(ansible_facts) that update the host's facts.
     support: full
 author:
-  - lingbot-fleet
+  - lingbot-fleet maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -52,7 +52,7 @@ description:
     files. The state is also returned as facts (C(kernel_cmdline_*)).
 version_added: "0.1.0"
 author:
-  - lingbot-fleet
+  - lingbot-fleet maintainers (!UNKNOWN)
 extends_documentation_fragment:
   - lingbot_generation
 options:
@@ -141,10 +141,12 @@ options:
     default: policy
 attributes:
   check_mode:
+    description: Can run in check mode and predicts the change without making it.
     support: full
     details: Reports every file and command a real run would change or run; writes,
       records and runs nothing (read-only C(grubby --info=ALL) and C(sh -n) still run).
   diff_mode:
+    description: Returns the before and after of what it changes (or would change) with --diff.
     support: full
 notes:
   - C(grub-script-check) validates grub.cfg scripts; the files edited here are sourced by

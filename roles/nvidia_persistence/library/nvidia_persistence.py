@@ -86,16 +86,19 @@ options:
     default: /
 attributes:
   check_mode:
+    description: Can run in check mode and predicts the change without making it.
     support: full
   diff_mode:
+    description: Returns the before and after of what it changes (or would change) with --diff.
     support: full
   facts:
+    description: Returns C(ansible_facts) that update the host's facts.
     support: partial
     details:
       - Gathers C(ansible_facts.lingbot_gpu) again, as the gpu_facts module does, when it
         started or restarted the daemon, so later roles see the persistence mode in effect.
 author:
-  - lingbot-fleet
+  - lingbot-fleet maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -26,7 +26,7 @@ description:
   - A GPU or pair that cannot be measured (lost, busy, failing) is reported in its entry's
     C(error); the module fails only when its arguments are wrong or the result cannot be
     saved.
-  - With I(read_only), nothing is measured: the last saved result is returned (null when
+  - With I(read_only), nothing is measured; the last saved result is returned (null when
     there is none).
   - In check mode the GPUs that serve LingBot (those of the plan at I(plan_path)) are left
     out, with a C(skipped) reason, unless I(probe_serving_gpus) is true; their entries (and
@@ -134,15 +134,18 @@ options:
     default: nvidia-smi
 attributes:
   check_mode:
+    description: Can run in check mode and predicts the change without making it.
     support: full
     details: Measures (read-only on the GPUs, leaving out the GPUs that serve LingBot unless
       I(probe_serving_gpus)) but writes no file.
   diff_mode:
+    description: Returns the before and after of what it changes (or would change) with --diff.
     support: none
   facts:
+    description: Returns C(ansible_facts) that update the host's facts.
     support: full
 author:
-  - lingbot-fleet
+  - lingbot-fleet maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -7,17 +7,10 @@ or fails naming the bad item and the fix.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 from ansible.plugins.action import ActionBase
 
-_REPO = Path(__file__).resolve().parents[3]
-if str(_REPO / "python") not in sys.path:
-    sys.path.insert(0, str(_REPO / "python"))
-
-from lingbot_fleet.ansible_data import plain_data  # noqa: E402
-from lingbot_fleet.rollout.batches import BatchSpecError, batch_plan  # noqa: E402
+from lingbot_fleet.ansible_data import plain_data
+from lingbot_fleet.rollout.batches import BatchSpecError, batch_plan
 
 
 class ActionModule(ActionBase):

@@ -10,18 +10,11 @@ It does not fail the host itself: the role rolls the node back first, then fails
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 from ansible.plugins.action import ActionBase
 
-_REPO = Path(__file__).resolve().parents[3]
-if str(_REPO / "python") not in sys.path:
-    sys.path.insert(0, str(_REPO / "python"))
-
-from lingbot_fleet.ansible_data import plain_data  # noqa: E402
-from lingbot_fleet.rollout.gates import GateInputs, GatePolicy, evaluate_gates  # noqa: E402
-from lingbot_fleet.rollout.inputs import (  # noqa: E402
+from lingbot_fleet.ansible_data import plain_data
+from lingbot_fleet.rollout.gates import GateInputs, GatePolicy, evaluate_gates
+from lingbot_fleet.rollout.inputs import (
     failure_text,
     health_results,
     parse_previous_probe,

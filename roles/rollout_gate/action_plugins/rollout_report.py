@@ -8,17 +8,10 @@ plan: a host without a result was not reached, or, when its change play had star
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 from ansible.plugins.action import ActionBase
 
-_REPO = Path(__file__).resolve().parents[3]
-if str(_REPO / "python") not in sys.path:
-    sys.path.insert(0, str(_REPO / "python"))
-
-from lingbot_fleet.ansible_data import plain_data  # noqa: E402
-from lingbot_fleet.rollout.summary import summarize  # noqa: E402
+from lingbot_fleet.ansible_data import plain_data
+from lingbot_fleet.rollout.summary import summarize
 
 RESULT_VARIABLE = "rollout_gate_result"
 REACHED_VARIABLE = "rollout_gate_reached"

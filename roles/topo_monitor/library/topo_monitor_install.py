@@ -102,12 +102,14 @@ options:
     default: []
 attributes:
   check_mode:
+    description: Can run in check mode and predicts the change without making it.
     support: full
     details: Nothing is uploaded; a new zipapp is reported by its checksum.
   diff_mode:
+    description: Returns the before and after of what it changes (or would change) with --diff.
     support: full
 author:
-  - lingbot-fleet
+  - lingbot-fleet maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
