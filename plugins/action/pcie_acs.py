@@ -61,6 +61,7 @@ class ActionModule(ActionBase):
             "decision": None,
             "unit_changed": False,
             "started": False,
+            "ports_written": [],
             "receipt": "stands",
             "msg": "nothing changed since the module turned ACS redirect off (receipt); no call",
         }

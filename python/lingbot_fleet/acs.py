@@ -271,21 +271,25 @@ def apply(
     disabled and removed. A unit in line but not running, or whose ports show redirect on
     again (the bits come back at every boot, or someone set them), is started (restarted).
     ``verify_unit(text)`` raises AcsError when systemd refuses the unit.
-    Returns {"unit_changed", "started"}.
+    Returns {"unit_changed", "started", "ports_written"}: the ports whose ACS the unit's
+    ExecStart or ExecStop lines wrote (the facts of those are stale).
     """
     current = changes.read(UNIT_PATH)
     state = unit_state(systemctl) if current is not None else {}
     active = state.get("ActiveState") == "active"
+    installed = set(installed_ports(current.decode("utf-8", "replace") if current else None))
+    written: set[str] = set()  # the ports an ExecStart or ExecStop line wrote
     if not decision.ports:
         if current is None:
-            return {"unit_changed": False, "started": False}
+            return {"unit_changed": False, "started": False, "ports_written": []}
         if active:
             changes.run([systemctl, "stop", UNIT_NAME], f"stop {UNIT_NAME} (ACS redirect back on)")
+            written |= installed
         if state.get("UnitFileState") == "enabled":
             changes.run([systemctl, "disable", UNIT_NAME], f"disable {UNIT_NAME}")
         changes.remove_file(UNIT_PATH)
         changes.run([systemctl, "daemon-reload"], "reload the systemd units")
-        return {"unit_changed": True, "started": False}
+        return {"unit_changed": True, "started": False, "ports_written": sorted(written)}
     wanted = unit_text(decision.ports, setpci)
     ports = switch_ports_above_gpus(facts)
     redirect_on = [p.bdf for p in decision.ports if _redirect_bits(ports[p.bdf].get("acs") or {})]
@@ -296,6 +300,7 @@ def apply(
             changes.run(
                 [systemctl, "stop", UNIT_NAME], f"stop {UNIT_NAME} (its ports change: bits back)"
             )
+            written |= installed
             active = False
         changes.write_file(UNIT_PATH, wanted, mode=0o644)
         changes.run([systemctl, "daemon-reload"], "reload the systemd units")
@@ -305,13 +310,15 @@ def apply(
     if not active:
         changes.run([systemctl, "start", UNIT_NAME], f"start {UNIT_NAME} (ACS redirect off)")
         started = True
+        written |= {port.bdf for port in decision.ports}
     elif redirect_on:
         changes.run(
             [systemctl, "restart", UNIT_NAME],
             f"restart {UNIT_NAME}: ACS redirect is on again on {', '.join(redirect_on)}",
         )
         started = True
-    return {"unit_changed": unit_changed, "started": started}
+        written |= installed | {port.bdf for port in decision.ports}
+    return {"unit_changed": unit_changed, "started": started, "ports_written": sorted(written)}
 
 
 def refreshed_facts(

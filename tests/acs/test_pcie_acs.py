@@ -199,12 +199,19 @@ def test_an_empty_list_takes_the_unit_away_and_restores_the_bits(
     both = node.run(monkeypatch, node.facts(), redirect_off_bridges=SWITCH_PORTS)
     assert both["failed"] is False, both
     assert [p["redirect_bits_before"] for p in both["decision"]["ports"]] == ["0x000c"] * 2
+    assert both["ports_written"] == SWITCH_PORTS
     assert [node.acs_word(bdf) for bdf in SWITCH_PORTS] == [0x0011, 0x0011]
     removed = node.run(monkeypatch, node.facts(), redirect_off_bridges=[])
     assert removed["failed"] is False and removed["changed"] is True, removed
     assert [node.acs_word(bdf) for bdf in SWITCH_PORTS] == [0x001D, 0x001D]
     assert not (node.root / acs.UNIT_PATH.lstrip("/")).exists()
     assert removed["receipt"] == "removed"
+    # The facts the probe reads next show the bits back (a probe taken with them off is
+    # not reused).
+    assert removed["ports_written"] == SWITCH_PORTS
+    refreshed = removed["ansible_facts"]["lingbot_gpu"]
+    controls = {b["bdf"]: b["acs"]["control"] for g in refreshed["gpus"] for b in g["bridges"]}
+    assert [controls[bdf] for bdf in SWITCH_PORTS] == ["0x001d", "0x001d"]
 
 
 @pytest.mark.parametrize(

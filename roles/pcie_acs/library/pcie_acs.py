@@ -83,9 +83,14 @@ actions:
   returned: always
   type: list
   elements: str
+ports_written:
+  description: The ports whose ACS the unit's start or stop wrote (or would write).
+  returned: always
+  type: list
+  elements: str
 ansible_facts:
-  description: C(lingbot_gpu) with the ports read again, when the unit ran.
-  returned: when the unit ran
+  description: C(lingbot_gpu) with the ports read again, when the unit wrote any.
+  returned: when the unit wrote a port
   type: dict
 """
 
@@ -169,7 +174,7 @@ def run_module() -> None:
     )
     params = module.params
     changes = NodeChanges.for_module(params, module.check_mode, params["root"])
-    result: dict = {"decision": None, "unit_changed": False, "started": False}
+    result: dict = {"decision": None, "unit_changed": False, "started": False, "ports_written": []}
 
     def fail(message: str) -> None:
         module.fail_json(msg=message, **result, **changes.result())
@@ -207,10 +212,11 @@ def run_module() -> None:
     if not module.check_mode:
         result["receipt"] = keep_receipt(params, decision)
     out = {**result, **changes.result()}
-    if result["started"] and not module.check_mode:
-        bdfs = [port.bdf for port in decision.ports]
-        facts = acs.refreshed_facts(params["facts"], read_bridge(params["root"]), bdfs)
-        still = acs.still_redirecting(facts, decision)
+    if result["ports_written"] and not module.check_mode:
+        facts = acs.refreshed_facts(
+            params["facts"], read_bridge(params["root"]), result["ports_written"]
+        )
+        still = acs.still_redirecting(facts, decision) if result["started"] else []
         if still:
             fail(
                 f"{acs.UNIT_NAME} ran but ACS redirect is still on for {', '.join(still)}; "
