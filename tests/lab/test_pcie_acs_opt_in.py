@@ -4,7 +4,9 @@ switch's own P2P figure, and a rollback sets the bits back and takes the unit aw
 The node is the lab's a6000-iommu-acs (two A6000 behind a PEX88096 switch whose
 downstream ports redirect peer requests to the root complex, and intel_iommu=on without
 iommu=pt). Other tests use it too: this one starts and ends with the node as before the
-toolkit touched it (rollback to generation 0, with its reboot).
+toolkit touched it (rollback to generation 0, with its reboot), but for the toolkit's own
+state outside the generations (the saved probe, receipts), so it runs after test_audit,
+which audits the node as it was booted.
 """
 
 from __future__ import annotations
