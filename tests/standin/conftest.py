@@ -141,6 +141,7 @@ def fake_node(tmp_path: Path) -> FakeNode:
             "PYTHONPATH": str(STANDIN_ROOT),
             "LINGBOT_SYSFS_ROOT": str(tmp_path),
             "LINGBOT_NVML_LIBRARY": str(tmp_path / "no-such-libnvidia-ml.so.1"),
+            "LINGBOT_CUDA_LIBRARY": str(tmp_path / "no-such-libcuda.so.1"),
             "LINGBOT_LAB_NUMACTL_REQUEST": "--cpunodebind=0 --membind=0",
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
             "PYTHONUNBUFFERED": "1",

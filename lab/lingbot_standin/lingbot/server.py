@@ -34,7 +34,14 @@ from . import VERSION
 from .cli import build_parser, resolve_settings
 from .config import ContractError
 from .hardware import DriverUnavailableError
+from .latency import (
+    REFERENCE_GENERATED_TOKENS,
+    REFERENCE_PROMPT_TOKENS,
+    LatencyModel,
+    ring_pairs,
+)
 from .log import configure_logging
+from .peerprobe import CudaUnavailableError, PairRequest, measure_paths
 from .startup import Deployment, prepare
 
 WARM_UP_SECONDS_PER_GPU = 0.05
@@ -58,6 +65,7 @@ class ServerState:
         self.deployment = deployment
         self.log = log
         self.warm = threading.Event()
+        self.latency_model: LatencyModel | None = None
         self._lock = threading.Lock()
         self.requests_by_code: dict[int, int] = {}
         self._weights = deployment.balancer_weights()
@@ -118,6 +126,7 @@ def render_metrics(state: ServerState) -> str:
         "# HELP lingbot_warm 1 once every GPU is warmed up.",
         "# TYPE lingbot_warm gauge",
         f"lingbot_warm {1 if state.warm.is_set() else 0}",
+        *_latency_metric_lines(state.latency_model),
         "# HELP lingbot_requests_total Chat completion requests by HTTP status code.",
         "# TYPE lingbot_requests_total counter",
     ]
@@ -127,6 +136,46 @@ def render_metrics(state: ServerState) -> str:
     for code in sorted(counts):
         lines.append(f'lingbot_requests_total{{code="{code}"}} {counts[code]}')
     return "\n".join(lines) + "\n"
+
+
+def _latency_metric_lines(model: LatencyModel | None) -> list[str]:
+    lines = [
+        "# HELP lingbot_latency_model_active 1 when request times follow the measured"
+        " deployment (the driver answered at warm-up), else 0.",
+        "# TYPE lingbot_latency_model_active gauge",
+        f"lingbot_latency_model_active {0 if model is None else 1}",
+    ]
+    if model is None:
+        return lines
+    lines += [
+        "# HELP lingbot_peer_path_gbytes_per_s Measured bandwidth of each GPU path in use, GB/s.",
+        "# TYPE lingbot_peer_path_gbytes_per_s gauge",
+    ]
+    for path in model.paths:
+        labels = f'src="{path.source}",dst="{path.target}",path="{path.kind}"'
+        lines.append(f"lingbot_peer_path_gbytes_per_s{{{labels}}} {path.gbytes_per_s!r}")
+    lines += [
+        "# HELP lingbot_peer_path_latency_ns Measured latency of each GPU path in use, ns.",
+        "# TYPE lingbot_peer_path_latency_ns gauge",
+    ]
+    for path in model.paths:
+        labels = f'src="{path.source}",dst="{path.target}",path="{path.kind}"'
+        lines.append(f"lingbot_peer_path_latency_ns{{{labels}}} {path.latency_ns!r}")
+    reference = (
+        f'prompt_tokens="{REFERENCE_PROMPT_TOKENS}",'
+        f'completion_tokens="{REFERENCE_GENERATED_TOKENS}"'
+    )
+    lines += [
+        "# HELP lingbot_modelled_request_seconds Modelled time of a chat completion of this"
+        " size on this deployment.",
+        "# TYPE lingbot_modelled_request_seconds gauge",
+        f"lingbot_modelled_request_seconds{{{reference}}} {model.reference_request_s()!r}",
+        "# HELP lingbot_modelled_transfer_seconds_per_token GPU-to-GPU transfer time each"
+        " generated token adds.",
+        "# TYPE lingbot_modelled_transfer_seconds_per_token gauge",
+        f"lingbot_modelled_transfer_seconds_per_token {model.exposed_transfer_s_per_token()!r}",
+    ]
+    return lines
 
 
 def _words(text: str) -> list[str]:
@@ -210,6 +259,8 @@ def answer_chat(
             settings.config.kv_cache_strategy,
         )
     prompt_tokens = sum(len(_words(message["content"])) for message in messages)
+    if state.latency_model is not None:
+        time.sleep(state.latency_model.request_s(prompt_tokens, len(reply_words)))
     return {
         "id": request_id,
         "object": "chat.completion",
@@ -305,8 +356,35 @@ class LingbotHandler(BaseHTTPRequestHandler):
         return HTTPStatus.OK, answer_chat(self.state, messages, max_tokens)
 
 
-def warm_up(deployment: Deployment, stop: threading.Event, log: logging.Logger) -> bool:
-    """Warm each GPU, then each usable peer mapping; False when stopped meanwhile."""
+def measure_latency_model(deployment: Deployment, log: logging.Logger) -> LatencyModel | None:
+    """The latency model from the driver's view of the paths in use; None (requests
+    answered at once) when the driver cannot be loaded or fails."""
+    usable = {(route.source, route.target) for route in deployment.routes if route.usable}
+    ordinals = dict(zip(deployment.settings.devices, deployment.settings.gpu_ordinals, strict=True))
+    requests = [
+        PairRequest(source, target, ordinals[source], ordinals[target], (source, target) in usable)
+        for source, target in ring_pairs(deployment.settings.devices)
+    ]
+    try:
+        paths = measure_paths(requests, log)
+    except CudaUnavailableError as error:
+        log.warning("no latency model: %s; chat completions are answered without delay", error)
+        return None
+    model = LatencyModel(len(deployment.settings.devices), tuple(paths))
+    log.info(
+        "latency model: %.1f ms for %d prompt and %d generated tokens (transfer %.2f ms/token)",
+        model.reference_request_s() * 1000,
+        REFERENCE_PROMPT_TOKENS,
+        REFERENCE_GENERATED_TOKENS,
+        model.exposed_transfer_s_per_token() * 1000,
+    )
+    return model
+
+
+def warm_up(state: ServerState, stop: threading.Event) -> bool:
+    """Warm each GPU, then each usable peer mapping, then time the GPU paths in use
+    through the driver (the latency model); False when stopped meanwhile."""
+    deployment, log = state.deployment, state.log
     for placement in deployment.placements:
         log.info(
             "warm-up %s (%s, NUMA node %d)",
@@ -321,7 +399,8 @@ def warm_up(deployment: Deployment, stop: threading.Event, log: logging.Logger) 
             log.info("warm-up peer access %s->%s", route.source, route.target)
             if stop.wait(WARM_UP_SECONDS_PER_PEER_LINK):
                 return False
-    return True
+    state.latency_model = measure_latency_model(deployment, log)
+    return not stop.is_set()
 
 
 def serve(deployment: Deployment, log: logging.Logger) -> int:
@@ -346,7 +425,7 @@ def serve(deployment: Deployment, log: logging.Logger) -> int:
     serving = threading.Thread(target=httpd.serve_forever, name="http", daemon=True)
     serving.start()
     host, port = httpd.server_address[:2]
-    if warm_up(deployment, stop, log):
+    if warm_up(state, stop):
         state.warm.set()
         log.info(
             "ready: %s on %s, primary %s, balancer %s",
