@@ -1,7 +1,8 @@
 """Shared test set-up: the repository's python/, lab/node and the helpers several suites
 use on sys.path: the planner's lab inputs (tests/plan/plan_support.py), a lab node's tree
-(tests/facts/facts_support.py) and a module run in this process
-(tests/malformed/malformed_support.py)."""
+(tests/facts/facts_support.py), a module run in this process
+(tests/malformed/malformed_support.py) and the lab libraries' profile states
+(tests/native/native_support.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ for path in (
     TESTS / "plan",
     TESTS / "facts",
     TESTS / "malformed",
+    TESTS / "native",
 ):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))

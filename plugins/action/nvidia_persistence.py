@@ -15,11 +15,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import merge_hash
 
-from lingbot_fleet.ansible_data import expanded_on_node
+from lingbot_fleet.ansible_data import controller_options
 from lingbot_fleet.ansible_data import plain_data as plain
 from lingbot_fleet.persistence import (
     ARGUMENT_SPEC,
@@ -37,18 +36,12 @@ class ActionModule(ActionBase):
     _supports_check_mode = True
 
     def answer(self, task_vars: dict[str, Any]) -> dict[str, Any] | None:
-        if self._task.delegate_to or self._task.async_val:
+        params = controller_options(self._task, self._task.args, DECISION_SPEC)
+        if params is None:
             return None
-        args = plain(self._task.args)
-        options = {key: args[key] for key in DECISION_SPEC if key in args}
-        if expanded_on_node(options.values()):
-            return None
-        validated = ArgumentSpecValidator(DECISION_SPEC).validate(options)
-        if validated.error_messages:
-            return None  # the module fails with its own message
         facts = task_vars.get("ansible_facts") or {}
         return controller_answer(
-            validated.validated_parameters,
+            params,
             plain(facts.get(STATE_FACT_NAME)),
             plain(facts.get("lingbot_gpu")),
             time.time(),

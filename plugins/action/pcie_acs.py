@@ -13,11 +13,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
 from lingbot_fleet import acs, receipts
-from lingbot_fleet.ansible_data import expanded_on_node
+from lingbot_fleet.ansible_data import controller_options
 from lingbot_fleet.ansible_data import plain_data as plain
 
 
@@ -27,16 +26,9 @@ class ActionModule(ActionBase):
 
     def receipt_answer(self, task_vars: dict[str, Any]) -> dict[str, Any] | None:
         """The module's result when the node's receipt stands for these options, else None."""
-        if self._task.delegate_to or self._task.async_val:
+        params = controller_options(self._task, self._task.args, acs.ARGUMENT_SPEC)
+        if params is None:
             return None
-        args = plain(self._task.args)
-        options = {key: value for key, value in args.items() if key in acs.ARGUMENT_SPEC}
-        if expanded_on_node(options.values()):
-            return None
-        validated = ArgumentSpecValidator(acs.ARGUMENT_SPEC).validate(options)
-        if validated.error_messages:
-            return None  # the module fails with its own message
-        params = validated.validated_parameters
         facts = (task_vars.get("ansible_facts") or {}).get(receipts.FACT_NAME) or {}
         try:
             digest = receipts.options_digest(

@@ -23,11 +23,10 @@ from typing import Any
 
 from ansible import constants
 from ansible.errors import AnsibleActionFail
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
 from lingbot_fleet import nodeapp, receipts
-from lingbot_fleet.ansible_data import expanded_on_node
+from lingbot_fleet.ansible_data import controller_options
 from lingbot_fleet.ansible_data import plain_data as plain
 from lingbot_fleet.monitor.install_options import (
     INSTALL_ARGUMENT_SPEC,
@@ -56,15 +55,9 @@ class ActionModule(ActionBase):
 
     def receipt_answer(self, args: dict[str, Any], task_vars: dict[str, Any]) -> dict | None:
         """The module's result when the node's receipt stands for these options, else None."""
-        if self._task.delegate_to or self._task.async_val:
+        params = controller_options(self._task, args, INSTALL_ARGUMENT_SPEC)
+        if params is None:
             return None
-        options = {key: value for key, value in plain(args).items() if key in INSTALL_ARGUMENT_SPEC}
-        if expanded_on_node(options.values()):
-            return None
-        validated = ArgumentSpecValidator(INSTALL_ARGUMENT_SPEC).validate(options)
-        if validated.error_messages:
-            return None  # the module fails with its own message
-        params = validated.validated_parameters
         found = (task_vars.get("ansible_facts") or {}).get(receipts.FACT_NAME) or {}
         entry = plain(found.get(RECEIPT_ROLE))
         digest = receipts.options_digest(receipt_options(params))

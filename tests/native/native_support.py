@@ -212,8 +212,8 @@ def write_lab_root(root: Path, state_text: str) -> Path:
 # ---- profiles through hwstate -----------------------------------------------------
 
 
-def profile_states() -> list[tuple[str, dict[str, Any], str]]:
-    """(profile name, state, state.txt) for every lab/profiles/*.yml, via hwstate."""
+def profile_state(name: str) -> tuple[dict[str, Any], str]:
+    """(state, state.txt) of lab/profiles/<name>.yml booted with its own command line."""
     yaml = pytest.importorskip("yaml")
     if str(LAB_NODE_DIR) not in sys.path:
         sys.path.insert(0, str(LAB_NODE_DIR))
@@ -221,22 +221,24 @@ def profile_states() -> list[tuple[str, dict[str, Any], str]]:
         from lingbot_lab import hwstate, profile
     except ImportError as error:
         pytest.skip(f"lab/node/lingbot_lab.hwstate is not importable yet: {error}")
-    states = []
-    for path in sorted(PROFILES_DIR.glob("*.yml")):
-        validated = profile.validate_profile(yaml.safe_load(path.read_text()))
-        boot = validated["boot"]
-        cmdline = " ".join(
-            part
-            for part in (
-                "BOOT_IMAGE=/boot/vmlinuz ro",
-                boot["grub_cmdline_linux"],
-                boot["grub_cmdline_linux_default"],
-            )
-            if part
+    validated = profile.validate_profile(yaml.safe_load((PROFILES_DIR / f"{name}.yml").read_text()))
+    boot = validated["boot"]
+    cmdline = " ".join(
+        part
+        for part in (
+            "BOOT_IMAGE=/boot/vmlinuz ro",
+            boot["grub_cmdline_linux"],
+            boot["grub_cmdline_linux_default"],
         )
-        state = hwstate.compute_state(validated, cmdline)
-        states.append((path.stem, state, hwstate.flatten_state(state)))
-    return states
+        if part
+    )
+    state = hwstate.compute_state(validated, cmdline)
+    return state, hwstate.flatten_state(state)
+
+
+def profile_states() -> list[tuple[str, dict[str, Any], str]]:
+    """(profile name, state, state.txt) for every lab/profiles/*.yml, via hwstate."""
+    return [(path.stem, *profile_state(path.stem)) for path in sorted(PROFILES_DIR.glob("*.yml"))]
 
 
 ACS_PROFILE = "a6000-iommu-acs"

@@ -7,20 +7,19 @@ The driver-backed tests run the stand-in against a node tree computed from a lab
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from facts_support import cuda_library
+from native_support import profile_state
 from test_standin_serving import chat_body, samples
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STANDIN_ROOT = REPO_ROOT / "lab" / "lingbot_standin"
-NATIVE_DIR = REPO_ROOT / "lab" / "native"
 LAB_NODE_DIR = REPO_ROOT / "lab" / "node"
-PROFILES_DIR = REPO_ROOT / "lab" / "profiles"
 for import_root in (STANDIN_ROOT, LAB_NODE_DIR):
     if str(import_root) not in sys.path:
         sys.path.insert(0, str(import_root))
@@ -132,32 +131,8 @@ def test_multi_gpu_model_needs_its_paths():
 
 @pytest.fixture(scope="session")
 def lab_libraries() -> Path:
-    if shutil.which("gcc") is None or shutil.which("make") is None:
-        pytest.skip("gcc and make are needed to build lab/native")
-    result = subprocess.run(
-        ["make", "-C", str(NATIVE_DIR)], capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0, f"make -C lab/native failed:\n{result.stdout}{result.stderr}"
-    return NATIVE_DIR / "build"
-
-
-def profile_state(name: str) -> tuple[dict, str]:
-    yaml = pytest.importorskip("yaml")
-    from lingbot_lab import hwstate, profile
-
-    validated = profile.validate_profile(yaml.safe_load((PROFILES_DIR / f"{name}.yml").read_text()))
-    boot = validated["boot"]
-    cmdline = " ".join(
-        part
-        for part in (
-            "BOOT_IMAGE=/boot/vmlinuz ro",
-            boot["grub_cmdline_linux"],
-            boot["grub_cmdline_linux_default"],
-        )
-        if part
-    )
-    state = hwstate.compute_state(validated, cmdline)
-    return state, hwstate.flatten_state(state)
+    """The lab's libnvidia-ml.so.1 and libcuda.so.1 (built when missing)."""
+    return cuda_library().parent
 
 
 def lab_config(state: dict, gpu_count: int) -> str:

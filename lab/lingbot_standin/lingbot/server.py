@@ -147,20 +147,15 @@ def _latency_metric_lines(model: LatencyModel | None) -> list[str]:
     ]
     if model is None:
         return lines
-    lines += [
-        "# HELP lingbot_peer_path_gbytes_per_s Measured bandwidth of each GPU path in use, GB/s.",
-        "# TYPE lingbot_peer_path_gbytes_per_s gauge",
-    ]
-    for path in model.paths:
-        labels = f'src="{path.source}",dst="{path.target}",path="{path.kind}"'
-        lines.append(f"lingbot_peer_path_gbytes_per_s{{{labels}}} {path.gbytes_per_s!r}")
-    lines += [
-        "# HELP lingbot_peer_path_latency_ns Measured latency of each GPU path in use, ns.",
-        "# TYPE lingbot_peer_path_latency_ns gauge",
-    ]
-    for path in model.paths:
-        labels = f'src="{path.source}",dst="{path.target}",path="{path.kind}"'
-        lines.append(f"lingbot_peer_path_latency_ns{{{labels}}} {path.latency_ns!r}")
+    for name, what, field, unit in (
+        ("lingbot_peer_path_gbytes_per_s", "bandwidth", "gbytes_per_s", "GB/s"),
+        ("lingbot_peer_path_latency_ns", "latency", "latency_ns", "ns"),
+    ):
+        help_text = f"Measured {what} of each GPU path in use, {unit}."
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+        for path in model.paths:
+            labels = f'src="{path.source}",dst="{path.target}",path="{path.kind}"'
+            lines.append(f"{name}{{{labels}}} {getattr(path, field)!r}")
     reference = (
         f'prompt_tokens="{REFERENCE_PROMPT_TOKENS}",'
         f'completion_tokens="{REFERENCE_GENERATED_TOKENS}"'
