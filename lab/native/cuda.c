@@ -51,6 +51,15 @@
  * nvidia-smi show P0 until LAB_BUSY_HOLD_SECONDS after the last copy, and a link that
  * idles low at its load generation once the copies have gone on for link.ramp_ms.
  *
+ * Startup costs (wall-clock time, not the virtual clock: the calls block the host as a
+ * driver's do): a process's first context on a GPU (cuDevicePrimaryCtxRetain,
+ * cuCtxCreate) takes driver.context_create_ms, plus driver.gpu_init_ms when the GPU is not
+ * in persistence mode (persistence/<i>: the driver keeps a GPU in persistence mode
+ * initialized between processes; otherwise each process brings it up again). A context's
+ * first cuCtxEnablePeerAccess to a peer takes driver.peer_mapping_ms. Both are per process:
+ * contexts and peer mappings never outlive the process that made them, and a context
+ * released or reset to nothing pays again when it is made anew.
+ *
  * Device ordinals are in PCI bus order (the state's order), filtered and reordered
  * by CUDA_VISIBLE_DEVICES (indices or UUID prefixes) like the real driver.
  */
@@ -59,6 +68,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "labstate.h"
 
@@ -205,6 +215,8 @@ static int visible_count;
 static int ordinal_to_gpu[LAB_MAX_GPUS];
 static struct cuda_context contexts[LAB_MAX_GPUS];
 static int gpu_failed[LAB_MAX_GPUS];
+static int context_paid[LAB_MAX_GPUS];             /* by GPU index: startup cost paid */
+static int peer_mapping_paid[LAB_MAX_GPUS][LAB_MAX_GPUS]; /* [context GPU][peer GPU] */
 static int gpu_copy_count[LAB_MAX_GPUS];
 static unsigned long long gpu_allocated_bytes[LAB_MAX_GPUS];
 static allocation_t *allocations;
@@ -700,8 +712,24 @@ static void destroy_streams_of(const struct cuda_context *context)
     }
 }
 
+/* Block the calling thread for a startup cost (see "Startup costs"). */
+static void spend_wall_ms(int milliseconds)
+{
+    if (milliseconds <= 0) {
+        return;
+    }
+    struct timespec left = {milliseconds / 1000, (long)(milliseconds % 1000) * 1000000L};
+    while (nanosleep(&left, &left) != 0) {
+    }
+}
+
 static void deactivate_context(struct cuda_context *context)
 {
+    context_paid[context->gpu] = 0;
+    for (int i = 0; i < LAB_MAX_GPUS; i++) {
+        peer_mapping_paid[context->gpu][i] = 0;
+        peer_mapping_paid[i][context->gpu] = 0;
+    }
     free_device_allocations(context->gpu);
     destroy_streams_of(context);
     memset(context->peer_enabled, 0, sizeof context->peer_enabled);
@@ -720,7 +748,13 @@ static CUresult primary_retain_locked(CUcontext *context, CUdevice device)
     if (gpu->lost) {
         return CUDA_ERROR_DEVICE_UNAVAILABLE;
     }
-    struct cuda_context *primary = &contexts[ordinal_to_gpu[device]];
+    int index = ordinal_to_gpu[device];
+    if (!context_paid[index]) {
+        int persistent = lab_persistence_get(&state, index);
+        spend_wall_ms(state.context_create_ms + (persistent ? 0 : state.gpu_init_ms));
+        context_paid[index] = 1;
+    }
+    struct cuda_context *primary = &contexts[index];
     primary->ordinal = device;
     primary->retain_count++;
     *context = primary;
@@ -1045,6 +1079,10 @@ static CUresult enable_peer_locked(CUcontext peer, unsigned int flags)
     }
     if (context->peer_enabled[peer->gpu]) {
         return CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+    }
+    if (!peer_mapping_paid[context->gpu][peer->gpu]) {
+        spend_wall_ms(state.peer_mapping_ms);
+        peer_mapping_paid[context->gpu][peer->gpu] = 1;
     }
     context->peer_enabled[peer->gpu] = 1;
     return CUDA_SUCCESS;

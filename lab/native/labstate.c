@@ -330,6 +330,11 @@ static void load_all(table_t *table, lab_state_t *state)
     get_text(table, "driver.version", state->driver_version, sizeof state->driver_version);
     get_text(table, "driver.nvml_version", state->nvml_version, sizeof state->nvml_version);
     state->cuda_driver_version = (int)get_number(table, "driver.cuda_driver_version");
+    state->gpu_init_ms = (int)get_number_or(table, "driver.gpu_init_ms", LAB_DEFAULT_GPU_INIT_MS);
+    state->context_create_ms =
+        (int)get_number_or(table, "driver.context_create_ms", LAB_DEFAULT_CONTEXT_CREATE_MS);
+    state->peer_mapping_ms =
+        (int)get_number_or(table, "driver.peer_mapping_ms", LAB_DEFAULT_PEER_MAPPING_MS);
     get_text(table, "boot.iommu_mode", state->iommu_mode, sizeof state->iommu_mode);
     state->acpi_pci = (int)get_number_or(table, "boot.acpi_pci", 1);
     load_numa_nodes(table, state);

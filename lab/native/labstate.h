@@ -24,6 +24,10 @@
 #define LAB_ERROR_LEN 512
 /* Sustained copy time after which an idle-gen link reaches its load generation. */
 #define LAB_DEFAULT_LINK_RAMP_MS 250.0
+/* Startup costs when the state names none (profile.py DEFAULT_DRIVER has the same). */
+#define LAB_DEFAULT_GPU_INIT_MS 400
+#define LAB_DEFAULT_CONTEXT_CREATE_MS 150
+#define LAB_DEFAULT_PEER_MAPPING_MS 40
 /* How long a GPU stays under load (P0, link up) after its last copy. */
 #define LAB_BUSY_HOLD_SECONDS 1.0
 
@@ -100,6 +104,8 @@ typedef struct {
     char driver_version[LAB_TEXT_LEN];
     char nvml_version[LAB_TEXT_LEN];
     int cuda_driver_version;
+    /* Wall-clock costs libcuda spends (see cuda.c, "Startup costs"). */
+    int gpu_init_ms, context_create_ms, peer_mapping_ms;
     char iommu_mode[LAB_TEXT_LEN];
     int acpi_pci;
     int numa_node_count;

@@ -10,7 +10,8 @@ This module is the one owner of that layout; everything that reads or writes
     /etc/lingbot/<instance>/secrets.env                 LINGBOT_API_KEY (0600), optional
     /etc/systemd/system/lingbot@.service                what every instance shares
     /etc/systemd/system/lingbot@<instance>.service.d/10-lingbot-fleet-plan.conf
-                                                        GPUs, NUMA binding, ExecStart
+                                                        GPUs, NUMA binding, ExecStart, warm-up
+    /usr/local/libexec/lingbot-fleet/lingbot-warm-up    the warm-up (lingbot_fleet.warmup)
 
 Only a directory holding the marker (or, from before the marker, a config.yaml that starts
 with the toolkit's header) is an instance directory: anything else under /etc/lingbot
@@ -44,6 +45,9 @@ SERVICE = "lingbot"
 TEMPLATE_UNIT = f"{SERVICE}@.service"
 DROPIN_NAME = "10-lingbot-fleet-plan.conf"
 STATE_DIR = "/var/lib/lingbot"
+WARM_UP_PROGRAM = "/usr/local/libexec/lingbot-fleet/lingbot-warm-up"
+# systemd's limit for each start step: the warm-up's own limit plus this much.
+WARM_UP_TIMEOUT_MARGIN_S = 30
 API_KEY_VARIABLE = "LINGBOT_API_KEY"
 MANAGED_HEADER = (
     "Managed by lingbot-fleet (role lingbot_service); changes made here are overwritten."
@@ -205,6 +209,10 @@ class Launch:
     entry: tuple[str, ...] = ("-m", "lingbot")
     host: str = DEFAULT_HOST
     extra_args: tuple[str, ...] = ()
+    # The warm-up around each start (lingbot_fleet.warmup); off when warm_up is False.
+    warm_up: bool = True
+    warm_up_timeout_s: int = 60
+    readiness_host: str = "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -366,6 +374,60 @@ def parse_exec_start(command: str | Sequence[str]) -> ExecStart:
 # --- file contents ----------------------------------------------------------------------
 
 
+def warm_up_peer_pairs(instance: Mapping[str, Any]) -> list[tuple[int, int]]:
+    """The directed pairs (CUDA ordinals, plan order) LingBot maps for peer access: those of
+    the plan's ``peer_access_pairs`` measured at or above the instance's threshold."""
+    if not instance.get("peer_access"):
+        return []
+    ordinal_of = {int(gpu): ordinal for ordinal, gpu in enumerate(instance["gpus"])}
+    threshold = float(instance["peer_access_threshold_gbytes_per_s"])
+    pairs = []
+    for pair in instance.get("peer_access_pairs") or []:
+        bandwidth = pair.get("gbytes_per_s")
+        if bandwidth is None or float(bandwidth) < threshold:
+            continue
+        pairs.append((ordinal_of[int(pair["src"])], ordinal_of[int(pair["dst"])]))
+    return pairs
+
+
+def warm_up_lines(instance: Mapping[str, Any], launch: Launch) -> list[str]:
+    """ExecStartPre (the GPUs, bound like LingBot) and ExecStartPost (LingBot itself) of
+    one instance's warm-up; empty when the warm-up is off."""
+    if not launch.warm_up:
+        return []
+    node = str(instance["numa_node"])
+    pairs = ",".join(f"{source}:{target}" for source, target in warm_up_peer_pairs(instance))
+    gpus = [
+        launch.numactl,
+        f"--cpunodebind={node}",
+        f"--membind={node}",
+        launch.python,
+        WARM_UP_PROGRAM,
+        "gpus",
+        *(["--peer-pairs", pairs] if pairs else []),
+    ]
+    ready = [
+        launch.python,
+        WARM_UP_PROGRAM,
+        "ready",
+        "--host",
+        launch.readiness_host,
+        "--port",
+        str(instance["port"]),
+        "--timeout-s",
+        str(launch.warm_up_timeout_s),
+    ]
+    return [
+        "# Warm-up: contexts and peer mappings on the GPUs first; then the unit stays",
+        "# activating until LingBot answers one-token chat completions in steady time.",
+        f"TimeoutStartSec={launch.warm_up_timeout_s + WARM_UP_TIMEOUT_MARGIN_S}",
+        "ExecStartPre=",
+        "ExecStartPre=" + " ".join(systemd_word(word) for word in gpus),
+        "ExecStartPost=",
+        "ExecStartPost=" + " ".join(systemd_word(word) for word in ready),
+    ]
+
+
 def comment(text: str) -> list[str]:
     return [f"# {line}".rstrip() for line in text.splitlines()]
 
@@ -387,6 +449,7 @@ def dropin_text(instance: Mapping[str, Any], launch: Launch, header: str = "") -
         ),
         "ExecStart=",
         "ExecStart=" + exec_start(instance, launch).text(),
+        *warm_up_lines(instance, launch),
     ]
     return "\n".join(lines) + "\n"
 

@@ -189,3 +189,61 @@ def test_a_converged_node_is_answered_from_one_reading_and_drift_is_still_put_ba
     assert recap(again, spec.name)["changed"] == 0
     [monitor] = again.results(spec.name, action="topo_monitor_install")
     assert monitor.result["receipt"] == "stands"
+
+
+# Restart one instance as an operator (or a reboot) would, then time what its first
+# clients see: ten 128-word chat completions, one after another.
+FIRST_REQUESTS = r"""
+import json, subprocess, time, urllib.request
+port = json.load(open("/etc/lingbot/plan.json"))["instances"][0]["port"]
+subprocess.run(["systemctl", "restart", "lingbot@main.service"], check=True)
+deadline = time.monotonic() + 60
+while True:
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+        break
+    except OSError:
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(0.1)
+body = json.dumps({"messages": [{"role": "user", "content": " ".join(["word"] * 128)}]}).encode()
+times = []
+for _ in range(10):
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    started = time.monotonic()
+    urllib.request.urlopen(request, timeout=30).read()
+    times.append(time.monotonic() - started)
+journal = subprocess.run(["journalctl", "-u", "lingbot@main.service", "-n", "40", "--no-pager",
+                          "-o", "cat"], capture_output=True, text=True).stdout
+print(json.dumps({"times_s": times, "journal": journal, "port": port}))
+"""
+# The lab driver's first-use costs with persistence on (lab/CONTRACT.md): two contexts of
+# 150 ms and two peer mappings of 40 ms; a first request carrying them is this much slower.
+COLD_FIRST_REQUEST_EXTRA_S = 0.3
+# What a loaded two-core machine may add to one request over another.
+REQUEST_JITTER_S = 0.05
+
+
+def test_warm_up_takes_the_first_use_costs_off_the_first_request(booted_lab):
+    spec = booted_lab.node("a6000-phb")
+    warm = booted_lab.python(spec, FIRST_REQUESTS)
+    first_s, tenth_s = warm["times_s"][0], warm["times_s"][9]
+    assert first_s <= tenth_s + REQUEST_JITTER_S, warm["times_s"]
+    assert "lingbot-fleet warm-up: peer pair 0->1: peer access on" in warm["journal"]
+    ready_line = f"lingbot-fleet warm-up: 127.0.0.1:{warm['port']} ready: one-token chat"
+    assert ready_line in warm["journal"]
+
+    try:
+        off = run_playbook("site.yml", spec.name, "-e", "lingbot_service_warm_up=false")
+        assert off.rc == 0, off.stdout[-4000:]
+        assert recap(off, spec.name)["changed"] > 0
+        cold = booted_lab.python(spec, FIRST_REQUESTS)
+        first_s, tenth_s = cold["times_s"][0], cold["times_s"][9]
+        assert first_s >= tenth_s + COLD_FIRST_REQUEST_EXTRA_S, cold["times_s"]
+        assert "lingbot-fleet warm-up" not in cold["journal"].split("LingBot 0.4.2 starting")[-1]
+    finally:
+        back = run_playbook("site.yml", spec.name)
+    assert back.rc == 0, back.stdout[-4000:]
+    again = run_playbook("site.yml", spec.name)
+    assert recap(again, spec.name)["changed"] == 0

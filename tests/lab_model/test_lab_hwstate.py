@@ -480,7 +480,13 @@ def test_defaults_fill_optional_fields():
         "kernel_version": "6.1.0-18-amd64",
         "root_uuid": "6f1c2a4e-3b5d-4e8f-9a7b-0c1d2e3f4a5b",
     }
-    assert profile["driver"] == {"version": "550.54.15", "cuda_driver_version": 12040}
+    assert profile["driver"] == {
+        "version": "550.54.15",
+        "cuda_driver_version": 12040,
+        "gpu_init_ms": 400,
+        "context_create_ms": 150,
+        "peer_mapping_ms": 40,
+    }
     assert profile["gpus"][0]["link"]["width"] == 16
     assert profile["gpus"][0]["link"]["gen_idle"] == 4
     assert profile["pcie_ports"][1]["acs"]["request_redirect"] is False

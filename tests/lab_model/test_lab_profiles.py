@@ -201,6 +201,9 @@ def test_a6000_reference_values():
         "version": "550.54.15",
         "nvml_version": "12.550.54.15",
         "cuda_driver_version": 12040,
+        "gpu_init_ms": 400,
+        "context_create_ms": 150,
+        "peer_mapping_ms": 40,
     }
     assert pair(state, 0, 1)["p2p_status"] == {
         "read": "OK",

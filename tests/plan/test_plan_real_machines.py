@@ -152,6 +152,25 @@ def test_a_pair_decision_flips_only_outside_the_band(
     assert [i["gpus"] for i in plan["instances"]] == ([[0, 1]] if qualifies else [[0], [1]])
 
 
+def test_a_new_threshold_judges_every_pair_afresh() -> None:
+    # The deployed plan qualified the pair against 25 GB/s. Raised to 30 GB/s, a pair
+    # measuring 28.6 (inside 30's 5% band) is not kept by a verdict made against another
+    # bar: the operator's new threshold applies.
+    facts, probe = lab_inputs("a6000-phb")
+    steady = with_p2p(probe, {(0, 1): 28.6, (1, 0): 28.6})
+    deployed = build_plan(facts, steady)
+    assert deployed["pairs"][0]["qualifies"] is True
+    raised = build_plan(facts, steady, {"p2p_min_gbytes_per_s": 30}, None, deployed)
+    assert raised["pairs"][0]["qualifies"] is False
+    assert [i["gpus"] for i in raised["instances"]] == [[0], [1]]
+    # Against the same threshold the band still holds: deployed at 30, now 28.6.
+    at_30 = build_plan(
+        facts, with_p2p(probe, {(0, 1): 30.4, (1, 0): 30.4}), {"p2p_min_gbytes_per_s": 30}
+    )
+    kept = build_plan(facts, steady, {"p2p_min_gbytes_per_s": 30}, None, at_30)
+    assert kept["pairs"][0]["qualifies"] is True
+
+
 def test_the_pair_kept_by_the_band_says_so_and_lingbot_still_uses_it() -> None:
     facts, probe = lab_inputs("a6000-phb")
     deployed = build_plan(facts, probe)

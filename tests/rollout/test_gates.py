@@ -85,6 +85,52 @@ def plan() -> dict[str, Any]:
     }
 
 
+def load_result(
+    p95_latency_ms: float = 220.0,
+    p95_first_token_ms: float = 40.0,
+    *,
+    requests_sent: int = 30,
+    server_errors: int = 0,
+    no_answer: int = 0,
+    client_errors: int = 0,
+    first_errors: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """One result of lingbot_chat_load (20 reference and 10 first-token requests)."""
+    errors = server_errors + no_answer + client_errors
+    first_token_count = max(0, 10 - errors)
+    latency_count = requests_sent - errors - first_token_count
+
+    def times(p95_ms: float, count: int) -> dict[str, Any]:
+        if not count:
+            return {"p50": None, "p95": None, "max": None, "count": 0}
+        return {"p50": round(p95_ms * 0.8, 1), "p95": p95_ms, "max": p95_ms * 1.1, "count": count}
+
+    return {
+        "requests_sent": requests_sent,
+        "ok": requests_sent - errors,
+        "server_errors": server_errors,
+        "no_answer": no_answer,
+        "client_errors": client_errors,
+        "error_rate_percent": round(errors / requests_sent * 100, 3) if requests_sent else None,
+        "latency_ms": times(p95_latency_ms, latency_count),
+        "first_token_ms": times(p95_first_token_ms, first_token_count),
+        "first_errors": list(first_errors),
+        "not_sent": 0,
+        "duration_s": 2.5,
+    }
+
+
+def service_load(
+    instances: dict[str, dict[str, Any]] | None = None, node: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The `load` of lingbot_chat_load; the node's pooled figures default to the only
+    instance's (or a healthy result)."""
+    instances = {"main": load_result()} if instances is None else instances
+    if node is None:
+        node = next(iter(instances.values())) if len(instances) == 1 else load_result()
+    return {"instances": instances, "node": node}
+
+
 def healthy_inputs(**changes: Any) -> GateInputs:
     values: dict[str, Any] = {
         "plan": plan(),
@@ -92,6 +138,8 @@ def healthy_inputs(**changes: Any) -> GateInputs:
         "previous_probe": probe(timestamp="2026-01-01T00:00:00Z"),
         "link_findings": [],
         "health": [HealthResult("main", True)],
+        "service_before": service_load(),
+        "service_after": service_load(),
     }
     values.update(changes)
     return GateInputs(**values)
@@ -108,6 +156,7 @@ def test_a_healthy_node_passes_every_gate() -> None:
         "link_check": "passed",
         "probe_paths": "passed",
         "probe_regression": "passed",
+        "service_load": "passed",
     }
     assert report.notes == []
     assert report.message("node-1") == "node-1 passed every rollout gate"
@@ -186,6 +235,24 @@ def test_a_used_pair_below_the_threshold_fails_probe_paths() -> None:
         }
         for src, dst in ((0, 1), (1, 0))
     ]
+
+
+def test_a_used_pair_within_the_planners_hysteresis_band_passes_probe_paths() -> None:
+    # The planner keeps a used pair down to the threshold less p2p_hysteresis_percent
+    # (25 GB/s less 5 %: 23.75 GB/s); the gate does not fail what the next plan keeps.
+    banded = plan()
+    banded["policy"]["p2p_hysteresis_percent"] = 5.0
+    kept = healthy_inputs(
+        plan=banded, fresh_probe=probe(p2p_gbytes_per_s=24.0), previous_probe=None
+    )
+    assert gate_failures(kept) == []
+    below = gate_failures(
+        healthy_inputs(plan=banded, fresh_probe=probe(p2p_gbytes_per_s=23.5), previous_probe=None)
+    )
+    assert below[0]["evidence"].startswith(
+        "pair 0->1 used by instance main 23.5 GB/s is below the threshold 25 GB/s less its"
+        " hysteresis band (23.75 GB/s) (planned on 28.4 GB/s)"
+    )
 
 
 def test_a_failed_data_check_fails_probe_paths() -> None:

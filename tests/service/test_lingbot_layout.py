@@ -3,6 +3,7 @@ stand-in LingBot), unit files, secrets quoting, what a node has."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -66,11 +67,36 @@ ExecStart=
 ExecStart=/usr/bin/numactl --cpunodebind=0 --membind=0 /usr/bin/python3 -m lingbot --config \
 /etc/lingbot/main/config.yaml --model-path /var/lib/lingbot/model --gpus 0,1 \
 --peer-access-threshold 25 --host 0.0.0.0 --port 8000 --batch-size 8 --offload-kv
+# Warm-up: contexts and peer mappings on the GPUs first; then the unit stays
+# activating until LingBot answers one-token chat completions in steady time.
+TimeoutStartSec=90
+ExecStartPre=
+ExecStartPre=/usr/bin/numactl --cpunodebind=0 --membind=0 /usr/bin/python3 \
+/usr/local/libexec/lingbot-fleet/lingbot-warm-up gpus --peer-pairs 0:1,1:0
+ExecStartPost=
+ExecStartPost=/usr/bin/python3 /usr/local/libexec/lingbot-fleet/lingbot-warm-up ready \
+--host 127.0.0.1 --port 8000 --timeout-s 60
 """
 
 
 def test_the_phb_dropin_is_written_as_expected() -> None:
     assert layout.dropin_text(instance_of("a6000-phb"), LAUNCH, "managed") == PHB_DROPIN
+
+
+def test_without_warm_up_the_dropin_starts_lingbot_only() -> None:
+    launch = dataclasses.replace(LAUNCH, warm_up=False)
+    text = layout.dropin_text(instance_of("a6000-phb"), launch, "managed")
+    assert text == PHB_DROPIN.split("# Warm-up:", maxsplit=1)[0]
+    assert "ExecStartPre" not in text and "TimeoutStartSec" not in text
+
+
+def test_only_pairs_at_or_above_the_threshold_are_warmed() -> None:
+    instance = instance_of("a6000-phb")
+    assert layout.warm_up_peer_pairs(instance) == [(0, 1), (1, 0)]
+    slow = dict(instance, peer_access_threshold_gbytes_per_s=1000.0)
+    assert layout.warm_up_peer_pairs(slow) == []
+    single = dict(instance, peer_access=False)
+    assert layout.warm_up_peer_pairs(single) == []
 
 
 def test_exec_start_parses_back_from_the_dropin() -> None:

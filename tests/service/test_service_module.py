@@ -19,6 +19,7 @@ import pytest
 from module_support import SERVICE, FakeSystemd, run, tree
 
 from lingbot_fleet import lingbot_layout as layout
+from lingbot_fleet import warmup
 from lingbot_fleet.plan import build_plan
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="writes root-owned files")
@@ -124,6 +125,14 @@ def test_first_call_writes_the_layout_and_the_second_changes_nothing(
     assert "--cpunodebind=1 --membind=1" in dropin
     assert "--gpus 0,1,2,3 --peer-access-threshold 25 --host 0.0.0.0 --port 8001" in dropin
     assert json.loads(files["/etc/lingbot/plan.json"][0]) == args["plan"]
+    # The warm-up: the program as the package holds it, run around every start.
+    program = files[layout.WARM_UP_PROGRAM]
+    assert program[1] == 0o755
+    assert program[0] == Path(warmup.__file__).read_text()
+    warm_gpus = f"{layout.WARM_UP_PROGRAM} gpus --peer-pairs 0:1,0:2,0:3,1:0,1:2,1:3,2:0,"
+    bound = f"ExecStartPre={node['numactl']} --cpunodebind=1 --membind=1 {sys.executable} "
+    assert bound + warm_gpus in dropin
+    assert f"{layout.WARM_UP_PROGRAM} ready --host 127.0.0.1 --port 8001 --timeout-s 60" in dropin
 
     again = FakeSystemd(units=systemd.units)
     second = run(monkeypatch, args, again)

@@ -1,5 +1,6 @@
 """Response times follow the deployment: the latency model, and the stand-in timing its
-GPU paths through the lab's libcuda at warm-up and answering in the modelled time.
+GPU paths through the lab's libcuda on its first request and answering in the modelled
+time; that first request carries the driver's first-use costs.
 
 The driver-backed tests run the stand-in against a node tree computed from a lab profile
 (lab/node's hwstate), with the lab's libnvidia-ml and libcuda from lab/native/build."""
@@ -202,6 +203,8 @@ def one_token_s(server) -> float:
 
 
 def modelled_reference_s(server) -> float:
+    """The model's time for the reference request, once a first request brought CUDA up."""
+    one_token_s(server)
     metrics = samples(server.get("/metrics")[1])
     assert metrics[("lingbot_latency_model_active", ())] == 1
     key = (
@@ -235,6 +238,7 @@ def test_phb_pair_with_peer_access_answers_in_the_calibrated_time(
 ):
     lab_node("a6000-phb", gpu_count=2)
     server = start_server(fake_node.base_args("0,1"))
+    one_token_s(server)
     metrics = samples(server.get("/metrics")[1])
     for source, target in (("gpu:0", "gpu:1"), ("gpu:1", "gpu:0")):
         labels = (("dst", target), ("path", PATH_PEER), ("src", source))
@@ -254,6 +258,7 @@ def test_pair_without_peer_access_is_host_staged_and_slower_than_one_gpu(
     # a6000-noacpi: the chipset does not support P2P (CNS); config.yaml still claims it.
     lab_node("a6000-noacpi", gpu_count=2)
     server = start_server(fake_node.base_args("0,1"))
+    one_token_s(server)
     metrics = samples(server.get("/metrics")[1])
     assert metrics[("lingbot_peer_links_usable", ())] == 2
     labels = (("dst", "gpu:1"), ("path", PATH_HOST_STAGED), ("src", "gpu:0"))
@@ -274,10 +279,12 @@ def test_cross_socket_pair_through_the_driver_gives_its_calibration(lab_node, fa
     script = (
         "import json, logging\n"
         "from lingbot.latency import LatencyModel\n"
-        "from lingbot.peerprobe import PairRequest, measure_paths\n"
-        "requests = [PairRequest('gpu:0', 'gpu:1', 0, 1, True),"
-        " PairRequest('gpu:1', 'gpu:0', 1, 0, True)]\n"
-        "paths = measure_paths(requests, logging.getLogger('probe'))\n"
+        "from lingbot.peerprobe import GpuSession, PairRequest\n"
+        "session = GpuSession([0, 1], logging.getLogger('probe'))\n"
+        "session.enable_peer_access('gpu:0', 'gpu:1', (0, 1))\n"
+        "session.enable_peer_access('gpu:1', 'gpu:0', (1, 0))\n"
+        "requests = [PairRequest('gpu:0', 'gpu:1', 0, 1), PairRequest('gpu:1', 'gpu:0', 1, 0)]\n"
+        "paths = session.measure_paths(requests)\n"
         "model = LatencyModel(2, tuple(paths))\n"
         "print(json.dumps({'kinds': [path.kind for path in paths],"
         " 'gbytes_per_s': [path.gbytes_per_s for path in paths],"
@@ -305,3 +312,36 @@ def test_without_a_driver_requests_are_answered_at_once(fake_node, start_server)
     assert ("lingbot_peer_path_gbytes_per_s", ()) not in metrics
     assert timed_chat_s(server, PROMPT_128_TOKENS) < HTTP_ROUND_TRIP_ALLOWANCE_S
     assert "no latency model: cannot load" in server.stderr()
+
+
+# lab/node/lingbot_lab/profile.py DEFAULT_DRIVER: what the lab's libcuda spends, per process.
+GPU_INIT_S = 0.400
+CONTEXT_CREATE_S = 0.150
+PEER_MAPPING_S = 0.040
+
+
+@pytest.mark.native
+@pytest.mark.parametrize("persistence_on", [False, True])
+def test_the_first_request_carries_the_drivers_first_use_costs(
+    lab_node, fake_node, start_server, persistence_on
+):
+    lab_node("a6000-phb", gpu_count=2)
+    persistence_dir = fake_node.root / "run" / "lingbot-lab" / "persistence"
+    persistence_dir.mkdir(parents=True, exist_ok=True)
+    for index in (0, 1):
+        (persistence_dir / str(index)).write_text("1\n" if persistence_on else "0\n")
+    server = start_server(fake_node.base_args("0,1"))
+    first_s = one_token_s(server)
+    later_s = [one_token_s(server) for _ in range(9)]
+    # Two contexts (each bringing its GPU up unless it is in persistence mode), two mappings.
+    startup_s = 2 * CONTEXT_CREATE_S + 2 * PEER_MAPPING_S
+    if not persistence_on:
+        startup_s += 2 * GPU_INIT_S
+    assert first_s >= startup_s
+    assert max(later_s) < ONE_TOKEN_LIMIT_S + HTTP_ROUND_TRIP_ALLOWANCE_S
+    if persistence_on:
+        assert first_s < startup_s + 2 * GPU_INIT_S
+    log = server.stderr()
+    assert "CUDA context on GPU ordinal 0 in " in log
+    assert "peer access gpu:0->gpu:1 enabled in " in log
+    assert "CUDA up on gpu:0,gpu:1 in " in log

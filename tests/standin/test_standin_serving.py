@@ -1,4 +1,4 @@
-"""The stand-in LingBot server accepts a good config, warms up and serves its endpoints."""
+"""The stand-in LingBot server accepts a good config, listens and serves its endpoints."""
 
 from __future__ import annotations
 
@@ -72,9 +72,9 @@ def test_good_config_is_served_with_metrics_chat_and_clean_stop(fake_node, start
 
     assert server.stop() == 0
     log = server.stderr()
-    assert " INFO warm-up gpu:0 (0000:81:00.0, NUMA node 0)" in log
-    assert " INFO warm-up gpu:1 (0000:c1:00.0, NUMA node 0)" in log
-    assert log.index("warm-up gpu:0") < log.index("warm-up gpu:1")
+    assert " INFO serving on gpu:0 (0000:81:00.0, NUMA node 0)" in log
+    assert " INFO serving on gpu:1 (0000:c1:00.0, NUMA node 0)" in log
+    assert log.index("serving on gpu:0") < log.index("serving on gpu:1")
     assert (
         "route_decision gpu:1->gpu:0 path_type=PHB bandwidth_gbps=220.8 latency_ns=135"
         " threshold_gbps=200 peer_access=on"
@@ -172,7 +172,7 @@ def test_json_config_is_accepted(fake_node, start_server):
     assert metrics[("lingbot_peer_links_usable", ())] == 0
     assert server.stop() == 0
     log = server.stderr()
-    assert "warm-up gpu:1 (0000:c1:00.0, NUMA node 0)" in log
+    assert "serving on gpu:1 (0000:c1:00.0, NUMA node 0)" in log
     assert "route_decision" not in log
 
 
@@ -206,7 +206,7 @@ def test_journal_lines_carry_syslog_priority(fake_node, start_server):
     server = start_server(fake_node.base_args())
     assert server.stop() == 0
     lines = server.stderr().splitlines()
-    assert "<6>INFO warm-up gpu:0 (0000:81:00.0, NUMA node 0)" in lines
+    assert "<6>INFO serving on gpu:0 (0000:81:00.0, NUMA node 0)" in lines
     assert (
         "<4>WARNING CUDA_DEVICE_ORDER is FASTEST_FIRST; set CUDA_DEVICE_ORDER=PCI_BUS_ID so"
         " CUDA ordinals, NVML indices and nvidia-smi agree"

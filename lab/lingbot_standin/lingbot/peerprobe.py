@@ -1,4 +1,11 @@
-"""Timing the GPU-to-GPU paths the server uses, through the CUDA driver API.
+"""The server's CUDA state and the timing of the GPU-to-GPU paths it uses, through the
+CUDA driver API.
+
+Like a server that initializes CUDA lazily, the stand-in brings CUDA up on its first chat
+completion (lingbot/server.py): a context on each of its GPUs, then peer access for every
+usable route, then the timing below. Whatever the driver spends on that (the lab's libcuda
+makes a process's first context and first peer mapping slow, as a driver is) is part of
+that first request.
 
 For each directed pair (source ordinal, target ordinal) the server asks the driver
 whether peer access is possible (``cuDeviceCanAccessPeer``); when it is and the
@@ -17,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,7 +47,6 @@ class PairRequest:
     target: str
     source_ordinal: int
     target_ordinal: int
-    wants_peer_access: bool
 
 
 class _Driver:
@@ -185,34 +192,62 @@ def _time_pair(driver: _Driver, request: PairRequest, peer_access_on: bool) -> M
     )
 
 
-def measure_paths(requests: Sequence[PairRequest], log: logging.Logger) -> list[MeasuredPath]:
-    """Each requested directed pair, timed through the driver; CudaUnavailableError when
-    the driver cannot be loaded or fails."""
-    library_name = os.environ.get("LINGBOT_CUDA_LIBRARY", "libcuda.so.1")
-    driver = _Driver(library_name)
-    driver.check(driver.lib.cuInit(0), "cuInit")
-    measured: list[MeasuredPath] = []
-    for request in requests:
-        can_access = driver.can_access_peer(request.source_ordinal, request.target_ordinal)
-        peer_access_on = request.wants_peer_access and can_access
-        if request.wants_peer_access and not can_access:
-            log.warning(
+class GpuSession:
+    """The server's CUDA state: a context on each of its GPUs and the peer mappings it
+    enabled, kept for the life of the process (contexts and mappings never outlive it)."""
+
+    def __init__(self, ordinals: Sequence[int], log: logging.Logger) -> None:
+        library_name = os.environ.get("LINGBOT_CUDA_LIBRARY", "libcuda.so.1")
+        self.driver = _Driver(library_name)
+        self.library_name = library_name
+        self.log = log
+        self.driver.check(self.driver.lib.cuInit(0), "cuInit")
+        for ordinal in ordinals:
+            started_s = time.monotonic()
+            self.driver.context(ordinal)
+            log.info(
+                "CUDA context on GPU ordinal %d in %.0f ms",
+                ordinal,
+                (time.monotonic() - started_s) * 1000,
+            )
+        self.peer_enabled: set[tuple[int, int]] = set()
+
+    def enable_peer_access(self, source: str, target: str, pair: tuple[int, int]) -> bool:
+        """Peer access from the pair's first GPU to its second; False (logged) when the
+        driver reports it is not possible: copies between them are then host-staged."""
+        if not self.driver.can_access_peer(*pair):
+            self.log.warning(
                 "peer access %s->%s: the driver reports it is not possible"
                 " (cuDeviceCanAccessPeer 0); copies are host-staged",
-                request.source,
-                request.target,
+                source,
+                target,
             )
-        if peer_access_on:
-            driver.enable_peer_access(request.source_ordinal, request.target_ordinal)
-        path = _time_pair(driver, request, peer_access_on)
-        log.info(
-            "measured %s->%s: %s %.2f GB/s, latency %.0f ns (through %s)",
-            path.source,
-            path.target,
-            path.kind,
-            path.gbytes_per_s,
-            path.latency_ns,
-            library_name,
+            return False
+        started_s = time.monotonic()
+        self.driver.enable_peer_access(*pair)
+        self.peer_enabled.add(pair)
+        self.log.info(
+            "peer access %s->%s enabled in %.0f ms",
+            source,
+            target,
+            (time.monotonic() - started_s) * 1000,
         )
-        measured.append(path)
-    return measured
+        return True
+
+    def measure_paths(self, requests: Sequence[PairRequest]) -> list[MeasuredPath]:
+        """Each requested directed pair, timed through the driver."""
+        measured: list[MeasuredPath] = []
+        for request in requests:
+            pair = (request.source_ordinal, request.target_ordinal)
+            path = _time_pair(self.driver, request, pair in self.peer_enabled)
+            self.log.info(
+                "measured %s->%s: %s %.2f GB/s, latency %.0f ns (through %s)",
+                path.source,
+                path.target,
+                path.kind,
+                path.gbytes_per_s,
+                path.latency_ns,
+                self.library_name,
+            )
+            measured.append(path)
+        return measured

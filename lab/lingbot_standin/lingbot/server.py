@@ -1,15 +1,18 @@
-"""The LingBot server process: start-up checks, warm-up, HTTP endpoints, clean stop.
+"""The LingBot server process: start-up checks, HTTP endpoints, CUDA on first use, clean stop.
 
 Run: ``python3 -m lingbot --config config.yaml --model-path DIR --gpus 0,1`` (or
 ``bin/lingbot-server``). It listens on ``--host`` (default 0.0.0.0) and ``--port``
 (default 8000; 0 picks a free port) and prints ``LingBot 0.4.2 listening on
-http://HOST:PORT`` on stdout once warm.
+http://HOST:PORT`` on stdout once listening.
 
 Endpoints, as LingBot documents them: ``POST /v1/chat/completions`` (OpenAI-style; the
-answer is deterministic and tokens are counted as whitespace-separated words; 503 while
-warming up) and ``GET /metrics`` (Prometheus text, 200 from the start). There is no
-health endpoint: readiness is ``/metrics`` answering 200 and a one-token chat completion
-succeeding.
+answer is deterministic and tokens are counted as whitespace-separated words) and
+``GET /metrics`` (Prometheus text, 200 from the start). There is no health endpoint:
+readiness is ``/metrics`` answering 200 and a one-token chat completion succeeding.
+
+CUDA comes up on the first chat completion (contexts, peer access, path timing;
+lingbot/peerprobe.py), so that request carries the driver's first-use costs: nothing
+warms the GPUs but a request. Requests arriving meanwhile wait for it.
 
 Exit status: 0 after SIGTERM or SIGINT; 2 when the command line, config.yaml, the model
 directory or the environment breaks LingBot's contract (one ``lingbot: error: ...`` line
@@ -41,11 +44,9 @@ from .latency import (
     ring_pairs,
 )
 from .log import configure_logging
-from .peerprobe import CudaUnavailableError, PairRequest, measure_paths
+from .peerprobe import CudaUnavailableError, GpuSession, PairRequest
 from .startup import Deployment, prepare
 
-WARM_UP_SECONDS_PER_GPU = 0.05
-WARM_UP_SECONDS_PER_PEER_LINK = 0.02
 MAX_REQUEST_BYTES = 1 << 20
 CHAT_ROLES = ("system", "user", "assistant", "tool")
 CHAT_PATH = "/v1/chat/completions"
@@ -59,17 +60,35 @@ class RequestError(ValueError):
 
 
 class ServerState:
-    """What the handlers share: the deployment, warm flag, counters, balancer."""
+    """What the handlers share: the deployment, CUDA state, counters, balancer."""
 
     def __init__(self, deployment: Deployment, log: logging.Logger) -> None:
         self.deployment = deployment
         self.log = log
         self.warm = threading.Event()
         self.latency_model: LatencyModel | None = None
+        self.gpu_session: GpuSession | None = None
+        self._cuda_lock = threading.Lock()
         self._lock = threading.Lock()
         self.requests_by_code: dict[int, int] = {}
         self._weights = deployment.balancer_weights()
         self._credits = dict.fromkeys(self._weights, 0.0)
+
+    def ensure_cuda(self) -> None:
+        """Bring CUDA up once, on the first request that needs it; the others wait."""
+        if self.warm.is_set():
+            return
+        with self._cuda_lock:
+            if self.warm.is_set():
+                return
+            started_s = time.monotonic()
+            self.gpu_session, self.latency_model = bring_up_cuda(self.deployment, self.log)
+            self.log.info(
+                "CUDA up on %s in %.0f ms (first request)",
+                ",".join(self.deployment.settings.devices),
+                (time.monotonic() - started_s) * 1000,
+            )
+            self.warm.set()
 
     def count_request(self, code: int) -> None:
         with self._lock:
@@ -123,7 +142,7 @@ def render_metrics(state: ServerState) -> str:
         "# HELP lingbot_peer_access_threshold_gbits_per_s Peer-access threshold in Gbit/s.",
         "# TYPE lingbot_peer_access_threshold_gbits_per_s gauge",
         f"lingbot_peer_access_threshold_gbits_per_s {settings.peer_access_threshold_gbits_per_s!r}",
-        "# HELP lingbot_warm 1 once every GPU is warmed up.",
+        "# HELP lingbot_warm 1 once CUDA is up on every GPU (after the first chat completion).",
         "# TYPE lingbot_warm gauge",
         f"lingbot_warm {1 if state.warm.is_set() else 0}",
         *_latency_metric_lines(state.latency_model),
@@ -141,7 +160,7 @@ def render_metrics(state: ServerState) -> str:
 def _latency_metric_lines(model: LatencyModel | None) -> list[str]:
     lines = [
         "# HELP lingbot_latency_model_active 1 when request times follow the measured"
-        " deployment (the driver answered at warm-up), else 0.",
+        " deployment (the driver answered on the first chat completion), else 0.",
         "# TYPE lingbot_latency_model_active gauge",
         f"lingbot_latency_model_active {0 if model is None else 1}",
     ]
@@ -233,6 +252,7 @@ def answer_chat(
     state: ServerState, messages: list[dict[str, str]], max_tokens: int | None
 ) -> dict[str, object]:
     settings = state.deployment.settings
+    state.ensure_cuda()
     limit = min(max_tokens or settings.max_new_tokens, settings.max_new_tokens)
     last_user_text = next(
         (message["content"] for message in reversed(messages) if message["role"] == "user"), ""
@@ -338,8 +358,6 @@ class LingbotHandler(BaseHTTPRequestHandler):
                 HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {MAX_REQUEST_BYTES} bytes"
             )
         raw = self.rfile.read(length)
-        if not self.state.warm.is_set():
-            return error(HTTPStatus.SERVICE_UNAVAILABLE, "the server is warming up")
         try:
             body = json.loads(raw)
         except ValueError as json_error:
@@ -351,21 +369,29 @@ class LingbotHandler(BaseHTTPRequestHandler):
         return HTTPStatus.OK, answer_chat(self.state, messages, max_tokens)
 
 
-def measure_latency_model(deployment: Deployment, log: logging.Logger) -> LatencyModel | None:
-    """The latency model from the driver's view of the paths in use; None (requests
-    answered at once) when the driver cannot be loaded or fails."""
-    usable = {(route.source, route.target) for route in deployment.routes if route.usable}
-    ordinals = dict(zip(deployment.settings.devices, deployment.settings.gpu_ordinals, strict=True))
-    requests = [
-        PairRequest(source, target, ordinals[source], ordinals[target], (source, target) in usable)
-        for source, target in ring_pairs(deployment.settings.devices)
-    ]
+def bring_up_cuda(
+    deployment: Deployment, log: logging.Logger
+) -> tuple[GpuSession | None, LatencyModel | None]:
+    """A context on each GPU, peer access for each usable route, then the ring's paths
+    timed (the latency model); (None, None) when the driver cannot be loaded or fails:
+    requests are then answered without delay."""
+    settings = deployment.settings
+    ordinals = dict(zip(settings.devices, settings.gpu_ordinals, strict=True))
     try:
-        paths = measure_paths(requests, log)
+        session = GpuSession(settings.gpu_ordinals, log)
+        for route in deployment.routes:
+            if route.usable:
+                pair = (ordinals[route.source], ordinals[route.target])
+                session.enable_peer_access(route.source, route.target, pair)
+        requests = [
+            PairRequest(source, target, ordinals[source], ordinals[target])
+            for source, target in ring_pairs(settings.devices)
+        ]
+        paths = session.measure_paths(requests)
     except CudaUnavailableError as error:
         log.warning("no latency model: %s; chat completions are answered without delay", error)
-        return None
-    model = LatencyModel(len(deployment.settings.devices), tuple(paths))
+        return None, None
+    model = LatencyModel(len(settings.devices), tuple(paths))
     log.info(
         "latency model: %.1f ms for %d prompt and %d generated tokens (transfer %.2f ms/token)",
         model.reference_request_s() * 1000,
@@ -373,29 +399,7 @@ def measure_latency_model(deployment: Deployment, log: logging.Logger) -> Latenc
         REFERENCE_GENERATED_TOKENS,
         model.exposed_transfer_s_per_token() * 1000,
     )
-    return model
-
-
-def warm_up(state: ServerState, stop: threading.Event) -> bool:
-    """Warm each GPU, then each usable peer mapping, then time the GPU paths in use
-    through the driver (the latency model); False when stopped meanwhile."""
-    deployment, log = state.deployment, state.log
-    for placement in deployment.placements:
-        log.info(
-            "warm-up %s (%s, NUMA node %d)",
-            placement.device,
-            placement.physical.bus_id,
-            placement.numa_node,
-        )
-        if stop.wait(WARM_UP_SECONDS_PER_GPU):
-            return False
-    for route in deployment.routes:
-        if route.usable:
-            log.info("warm-up peer access %s->%s", route.source, route.target)
-            if stop.wait(WARM_UP_SECONDS_PER_PEER_LINK):
-                return False
-    state.latency_model = measure_latency_model(deployment, log)
-    return not stop.is_set()
+    return session, model
 
 
 def serve(deployment: Deployment, log: logging.Logger) -> int:
@@ -420,17 +424,22 @@ def serve(deployment: Deployment, log: logging.Logger) -> int:
     serving = threading.Thread(target=httpd.serve_forever, name="http", daemon=True)
     serving.start()
     host, port = httpd.server_address[:2]
-    if warm_up(state, stop):
-        state.warm.set()
+    for placement in deployment.placements:
         log.info(
-            "ready: %s on %s, primary %s, balancer %s",
-            settings.model_name,
-            ",".join(settings.devices),
-            settings.devices[0],
-            settings.load_balancer.type,
+            "serving on %s (%s, NUMA node %d)",
+            placement.device,
+            placement.physical.bus_id,
+            placement.numa_node,
         )
-        print(f"LingBot {VERSION} listening on http://{host}:{port}", flush=True)
-        stop.wait()
+    log.info(
+        "listening: %s on %s, primary %s, balancer %s",
+        settings.model_name,
+        ",".join(settings.devices),
+        settings.devices[0],
+        settings.load_balancer.type,
+    )
+    print(f"LingBot {VERSION} listening on http://{host}:{port}", flush=True)
+    stop.wait()
     log.info("%s received; shutting down", received[0] if received else "stop")
     httpd.shutdown()
     httpd.server_close()

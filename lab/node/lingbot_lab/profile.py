@@ -45,7 +45,16 @@ DEFAULT_KERNEL_VERSION = {
     "rhel": "5.14.0-362.24.1.el9_3.x86_64",
 }
 DEFAULT_ROOT_UUID = "6f1c2a4e-3b5d-4e8f-9a7b-0c1d2e3f4a5b"
-DEFAULT_DRIVER = {"version": "550.54.15", "cuda_driver_version": 12040}
+# The startup costs libcuda makes real (wall-clock) time of, as a driver does: bringing a GPU
+# up when persistence mode is off (a GPU in persistence mode stays initialized), creating a
+# process's first context on a GPU, and a context's first peer mapping to another GPU.
+DEFAULT_DRIVER = {
+    "version": "550.54.15",
+    "cuda_driver_version": 12040,
+    "gpu_init_ms": 400,
+    "context_create_ms": 150,
+    "peer_mapping_ms": 40,
+}
 # PCI subsystem device ids of the reference boards, keyed by PCI device id.
 DEFAULT_SUBSYSTEM_DEVICE_ID = {0x2230: 0x1459, 0x2330: 0x16C1, 0x26B9: 0x1851, 0x2204: 0x1454}
 # (vendor id, device id) of bridges when the profile does not name them.
@@ -456,6 +465,8 @@ def validate_profile(raw: dict[str, Any]) -> dict[str, Any]:
     driver = profile.setdefault("driver", {})
     for key, value in DEFAULT_DRIVER.items():
         driver.setdefault(key, value)
+    for key in ("gpu_init_ms", "context_create_ms", "peer_mapping_ms"):
+        check.integer(driver[key], f"driver.{key}", 0, 60_000)
     _check_ports(check, profile, vendor)
     ports = {port["bdf"]: port for port in profile["pcie_ports"]}
     known = {bridge["id"] for bridge in profile["host_bridges"]} | set(ports)

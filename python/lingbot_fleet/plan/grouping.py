@@ -144,9 +144,18 @@ def _provisional_problems(forward: DirectedPath, backward: DirectedPath) -> list
     return problems
 
 
-def _deployed_decision(inputs: PlanInputs, previous: PreviousPlan, a: int, b: int) -> bool | None:
+def _deployed_decision(
+    inputs: PlanInputs, policy: PlanPolicy, previous: PreviousPlan, a: int, b: int
+) -> bool | None:
+    """The deployed plan's verdict on the pair; None when there is none, or when it was
+    made against another p2p_min_gbytes_per_s (a policy change is judged afresh)."""
     uuid_a, uuid_b = inputs.gpu(a).uuid, inputs.gpu(b).uuid
     if not uuid_a or not uuid_b:
+        return None
+    if (
+        previous.p2p_min_gbytes_per_s is not None
+        and previous.p2p_min_gbytes_per_s != policy.p2p_min_gbytes_per_s
+    ):
         return None
     return previous.pair_qualified.get(frozenset((uuid_a, uuid_b)))
 
@@ -188,7 +197,7 @@ def judge_pair(
     forward, backward = inputs.paths[(a, b)], inputs.paths[(b, a)]
     node_a, node_b = inputs.gpu(a).numa_node, inputs.gpu(b).numa_node
     same_numa = node_a == node_b and node_a >= 0
-    deployed = _deployed_decision(inputs, previous or PreviousPlan(), a, b)
+    deployed = _deployed_decision(inputs, policy, previous or PreviousPlan(), a, b)
     if inputs.probe_present:
         problems = _measured_problems(
             forward, backward, policy.p2p_min_gbytes_per_s, bandwidth_bar(policy, deployed)

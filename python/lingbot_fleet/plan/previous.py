@@ -1,7 +1,9 @@
 """The plan in force on the node (/etc/lingbot/plan.json): what it decided, by GPU UUID.
 
 The planner keeps the deployed decisions while new measurements stay near them: a pair's
-verdict flips only outside the hysteresis band around the threshold, figures written in
+verdict flips only outside the hysteresis band around the threshold (a verdict made
+against another threshold is not kept: the policy changed, so the pair is judged afresh),
+figures written in
 config.yaml stay while a new measurement is within figure_tolerance_percent, and an
 instance with the same GPUs keeps its name. GPUs are matched by UUID, so a GPU that moved
 to another index (or was replaced) is judged afresh.
@@ -28,6 +30,8 @@ class PreviousPlan:
     peer_links: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
     # (the instance's uuids, uuid) -> the written balancer weight
     weights: dict[tuple[frozenset[str], str], float] = field(default_factory=dict)
+    # The p2p_min_gbytes_per_s the pair verdicts were made against (None: not recorded).
+    p2p_min_gbytes_per_s: float | None = None
     note: str | None = None
 
     @property
@@ -92,7 +96,15 @@ def read_previous_plan(plan: Any) -> PreviousPlan:
                 "near the threshold are judged against the threshold alone this time."
             )
         )
-    previous = PreviousPlan(pair_qualified=_pairs(plan, _uuids_by_index(plan)))
+    threshold = (plan.get("policy") or {}).get("p2p_min_gbytes_per_s")
+    previous = PreviousPlan(
+        pair_qualified=_pairs(plan, _uuids_by_index(plan)),
+        p2p_min_gbytes_per_s=(
+            float(threshold)
+            if isinstance(threshold, int | float) and not isinstance(threshold, bool)
+            else None
+        ),
+    )
     for instance in plan.get("instances") or []:
         if isinstance(instance, Mapping):
             _instance_figures(instance, previous)

@@ -1,6 +1,7 @@
 """Gated batch rollout: the batches (``batches``), the gates a node passes after its
-change (``gates``), the gate inputs as Ansible hands them (``inputs``) and the summary
-(``summary``). Pure, standard library only; docs in roles/rollout_gate/README.md.
+change (``gates``; ``service_load`` judges the chat load of ``lingbot_fleet.chat_load``),
+the gate inputs as Ansible hands them (``inputs``) and the summary (``summary``). Pure,
+standard library only; docs in roles/rollout_gate/README.md.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from .gates import (
     link_gate,
     probe_paths_gate,
     regression_gate,
+    service_load_gate,
 )
 from .inputs import failure_text, health_results, parse_previous_probe
 from .summary import summarize
@@ -58,5 +60,6 @@ __all__ = [
     "parse_previous_probe",
     "probe_paths_gate",
     "regression_gate",
+    "service_load_gate",
     "summarize",
 ]

@@ -12,12 +12,20 @@ The gates (docs in roles/rollout_gate/README.md), judged after a node's change:
   every GPU the plan uses was measured without error;
 - `probe_regression`: no host bandwidth (h2d, d2h) or P2P bandwidth of the fresh probe is
   below the node's previous probe by more than the tolerance. Skipped, with a note, when
-  there is no previous probe, it cannot be read, or it was taken on other GPUs.
+  there is no previous probe, it cannot be read, or it was taken on other GPUs;
+- `service_load`: under the synthetic chat load of module lingbot_chat_load
+  (`lingbot_fleet.chat_load`), measured before and after the change, no instance (nor the
+  node, pooled) has an error rate above the limit after the change, and no P95 latency or
+  P95 first-token time after it is above the one before by more than the tolerance and
+  the floor (both must be exceeded). Skipped, with a note, when there is no load after the
+  change (check mode); the comparison alone is skipped when there was none before (the
+  node's first rollout: nothing was running).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +39,7 @@ GATES: tuple[str, ...] = (
     "link_check",
     "probe_paths",
     "probe_regression",
+    "service_load",
 )
 SEVERITIES: tuple[str, ...] = ("info", "warning", "error", "critical")
 LINK_FAIL_ON_CHOICES: tuple[str, ...] = (*SEVERITIES, "never")
@@ -56,6 +65,9 @@ class HealthResult:
 class GatePolicy:
     regression_tolerance_percent: float = 10.0
     link_fail_on: str = "error"
+    latency_tolerance_percent: float = 25.0
+    latency_tolerance_floor_ms: float = 15.0
+    max_error_rate_percent: float = 0.5
 
     def problems(self) -> list[str]:
         problems = []
@@ -69,7 +81,32 @@ class GatePolicy:
                 f"rollout_gate_link_fail_on must be one of {', '.join(LINK_FAIL_ON_CHOICES)}, not "
                 f"{self.link_fail_on!r}"
             )
+        if not _is_number(self.latency_tolerance_percent) or not (
+            0 <= self.latency_tolerance_percent <= 1000
+        ):
+            problems.append(
+                "rollout_gate_latency_tolerance_percent must be from 0 to 1000, not "
+                f"{self.latency_tolerance_percent!r}"
+            )
+        if not _is_number(self.latency_tolerance_floor_ms) or not (
+            0 <= self.latency_tolerance_floor_ms <= 60000
+        ):
+            problems.append(
+                "rollout_gate_latency_tolerance_floor_ms must be from 0 to 60000 (ms), not "
+                f"{self.latency_tolerance_floor_ms!r}"
+            )
+        if not _is_number(self.max_error_rate_percent) or not (
+            0 <= self.max_error_rate_percent <= 100
+        ):
+            problems.append(
+                "rollout_gate_max_error_rate_percent must be from 0 to 100, not "
+                f"{self.max_error_rate_percent!r}"
+            )
         return problems
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -77,7 +114,10 @@ class GateInputs:
     """What a node's gate judges. `previous_probe` is the saved probe read before this run
     changed anything (None: there was none); `previous_probe_problem` says why it could not
     be read. `change_failure` is the failed task's name and message when the change broke;
-    `measure_failure` the same when the gate's own measurements broke."""
+    `measure_failure` the same when the gate's own measurements broke. `service_before`
+    and `service_after` are the `load` results of module lingbot_chat_load ({instances:
+    {name: result}, node: pooled}) measured before and after the change (None: not
+    measured)."""
 
     plan: Mapping[str, Any] | None = None
     fresh_probe: Mapping[str, Any] | None = None
@@ -87,6 +127,8 @@ class GateInputs:
     health: Sequence[HealthResult] = ()
     change_failure: str | None = None
     measure_failure: str | None = None
+    service_before: Mapping[str, Any] | None = None
+    service_after: Mapping[str, Any] | None = None
 
 
 @dataclass
@@ -182,8 +224,20 @@ def _threshold(plan: Mapping[str, Any], instance: Mapping[str, Any]) -> float:
     return float(value)
 
 
+def _kept_down_to(plan: Mapping[str, Any], threshold: float) -> float:
+    """The figure a used pair may fall to and stay used: the threshold less the planner's
+    p2p_hysteresis_percent band (plan/grouping.py bandwidth_bar), so the gate does not fail
+    a pair the next plan would keep."""
+    band_percent = _figure((plan.get("policy") or {}).get("p2p_hysteresis_percent")) or 0.0
+    return threshold * (1 - band_percent / 100)
+
+
 def _pair_failure(
-    used: Mapping[str, Any], measured: Mapping[str, Any] | None, threshold: float, label: str
+    used: Mapping[str, Any],
+    measured: Mapping[str, Any] | None,
+    threshold: float,
+    label: str,
+    kept_down_to: float,
 ) -> str | None:
     """Why the fresh probe's pair fails the plan's use of it (None: it does not)."""
     if measured is None:
@@ -196,9 +250,11 @@ def _pair_failure(
     if not measured.get("can_access_peer") or figure is None:
         return f"has no peer access on the fresh {label}"
     problems = []
-    if figure < threshold:
+    floor = min(threshold, kept_down_to)
+    if figure < floor:
+        band = "" if floor == threshold else f" less its hysteresis band ({floor:g} GB/s)"
         problems.append(
-            f"{figure:g} GB/s is below the threshold {threshold:g} GB/s "
+            f"{figure:g} GB/s is below the threshold {threshold:g} GB/s{band} "
             f"(planned on {_figure(used.get('gbytes_per_s')) or 0:g} GB/s)"
         )
     if measured.get("data_check") != "passed":
@@ -227,9 +283,10 @@ def probe_paths_gate(
     pairs = {_pair_key(pair): pair for pair in fresh_probe.get("pairs", [])}
     for instance in plan.get("instances", []):
         threshold = _threshold(plan, instance)
+        kept_down_to = _kept_down_to(plan, threshold)
         for used in instance.get("peer_access_pairs", []):
             key = _pair_key(used)
-            why = _pair_failure(used, pairs.get(key), threshold, label)
+            why = _pair_failure(used, pairs.get(key), threshold, label, kept_down_to)
             if why is not None:
                 failures.append(
                     GateFailure(
@@ -311,6 +368,147 @@ def regression_gate(
     return [GateFailure("probe_regression", f"{line} {where}") for line in lines]
 
 
+# --- service_load -----------------------------------------------------------------------
+
+# (key in a chat load result, words in the evidence)
+_SERVICE_TIMES = (("latency_ms", "latency"), ("first_token_ms", "first-token time"))
+
+
+def _ms_text(value: float) -> str:
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.1f}"
+
+
+def _load_instances(load: Mapping[str, Any] | None) -> Mapping[str, Mapping[str, Any]]:
+    instances = (load or {}).get("instances") or {}
+    if not isinstance(instances, Mapping):
+        raise TypeError("a service load's instances must be a mapping of name to result")
+    return instances
+
+
+def _load_node(load: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    node = (load or {}).get("node") or {}
+    if not isinstance(node, Mapping):
+        raise TypeError("a service load's node result must be a mapping")
+    return node
+
+
+def _load_errors(result: Mapping[str, Any]) -> int:
+    return sum(int(result.get(key) or 0) for key in ("server_errors", "no_answer", "client_errors"))
+
+
+def _measured(load: Mapping[str, Any] | None) -> bool:
+    """Whether a load result holds any request (an empty load: no LingBot was running)."""
+    return bool(_load_instances(load)) or bool(_load_node(load).get("requests_sent"))
+
+
+def _error_failure(
+    subject: str, result: Mapping[str, Any], limit_percent: float
+) -> GateFailure | None:
+    rate = _figure(result.get("error_rate_percent"))
+    if rate is None or rate <= limit_percent:
+        return None
+    first = "; ".join(str(line) for line in result.get("first_errors") or [])
+    return GateFailure(
+        "service_load",
+        f"{subject}: {_load_errors(result)} of {result.get('requests_sent')} chat requests "
+        f"failed after the change ({rate:g}%, limit {limit_percent:g}%): "
+        f"{result.get('server_errors', 0)} server errors (5xx), "
+        f"{result.get('no_answer', 0)} without answer, "
+        f"{result.get('client_errors', 0)} refused (4xx)" + (f"; first: {first}" if first else ""),
+    )
+
+
+def _p95(result: Mapping[str, Any], key: str) -> float | None:
+    times = result.get(key) or {}
+    if not isinstance(times, Mapping) or not times.get("count"):
+        return None
+    return _figure(times.get("p95"))
+
+
+def _time_regressions(
+    subject: str,
+    before: Mapping[str, Any],
+    after: Mapping[str, Any],
+    policy: GatePolicy,
+) -> list[GateFailure]:
+    failures = []
+    tolerance, floor_ms = policy.latency_tolerance_percent, policy.latency_tolerance_floor_ms
+    for key, words in _SERVICE_TIMES:
+        then, now = _p95(before, key), _p95(after, key)
+        if then is None or now is None:
+            continue
+        if now <= then * (1 + tolerance / 100.0) or now - then <= floor_ms:
+            continue
+        rise = f"+{(now - then) / then * 100.0:.0f}%" if then > 0 else f"+{now - then:g} ms"
+        failures.append(
+            GateFailure(
+                "service_load",
+                f"{subject}: P95 {words} {_ms_text(now)} ms after the change against "
+                f"{_ms_text(then)} ms before ({rise}, tolerance {tolerance:g}% and "
+                f"{floor_ms:g} ms)",
+            )
+        )
+    return failures
+
+
+def service_load_gate(
+    before: Mapping[str, Any] | None,
+    after: Mapping[str, Any],
+    policy: GatePolicy,
+    notes: list[str],
+) -> list[GateFailure]:
+    """Error rates after the change (each instance, then the node pooled when no instance
+    failed), and P95 latency and first-token time after against before (each instance in
+    both, then the node pooled when no instance regressed, so renamed or split instances
+    are still compared)."""
+    after_instances, after_node = _load_instances(after), _load_node(after)
+    failures = []
+    for name in sorted(after_instances):
+        failure = _error_failure(
+            f"instance {name}", after_instances[name], policy.max_error_rate_percent
+        )
+        if failure is not None:
+            failures.append(failure)
+    if not failures:
+        failure = _error_failure("node (all instances)", after_node, policy.max_error_rate_percent)
+        if failure is not None:
+            failures.append(failure)
+    if not _measured(before):
+        notes.append(
+            "service_load: no service load before the change (nothing was running: the "
+            "node's first rollout); latency not compared, error rate judged"
+        )
+        return failures
+    before_instances, before_node = _load_instances(before), _load_node(before)
+    for name in sorted(before_instances):
+        errors = _load_errors(before_instances[name])
+        if errors:
+            notes.append(
+                f"service_load: instance {name} already had {errors} failed of "
+                f"{before_instances[name].get('requests_sent')} chat requests before the "
+                "change (the baseline was unhealthy)"
+            )
+    added = sorted(set(after_instances) - set(before_instances))
+    gone = sorted(set(before_instances) - set(after_instances))
+    if added:
+        notes.append(
+            f"service_load: instance(s) {', '.join(added)} not measured before the change; "
+            "compared only in the node's pooled figures"
+        )
+    if gone:
+        notes.append(
+            f"service_load: instance(s) {', '.join(gone)} measured before the change but not after"
+        )
+    regressions = []
+    for name in sorted(set(before_instances) & set(after_instances)):
+        regressions += _time_regressions(
+            f"instance {name}", before_instances[name], after_instances[name], policy
+        )
+    if not regressions:
+        regressions = _time_regressions("node (all instances)", before_node, after_node, policy)
+    return failures + regressions
+
+
 def _regression_skip_reason(inputs: GateInputs) -> str | None:
     if inputs.previous_probe_problem:
         return f"the previous probe could not be read: {inputs.previous_probe_problem}"
@@ -377,6 +575,20 @@ def evaluate_gates(inputs: GateInputs, policy: GatePolicy | None = None) -> Gate
                 policy.regression_tolerance_percent,
                 report.notes,
             ),
+        )
+    if inputs.service_after is None:
+        report.skip("service_load", "no service load after the change")
+    elif not _measured(inputs.service_after):
+        before = sorted(_load_instances(inputs.service_before))
+        report.skip(
+            "service_load",
+            "no LingBot instance was measured after the change"
+            + (f" (before it: {', '.join(before)})" if before else ""),
+        )
+    else:
+        report.record(
+            "service_load",
+            service_load_gate(inputs.service_before, inputs.service_after, policy, report.notes),
         )
     return report
 

@@ -40,6 +40,9 @@ description:
     C(config.yaml) with the toolkit's header) are taken for stale instances; a stale
     directory holding a file the toolkit did not write fails the run before anything
     changes.
+  - With O(warm_up), each instance's drop-in also runs the warm-up around the start, so
+    the unit is active only once LingBot has answered; the warm-up program is written with
+    the other files.
   - Ready means - the unit is active, the process listening on the instance's port belongs
     to the unit, C(GET /metrics) answers 200 with C(lingbot_balancer_weight), and a
     one-token C(POST /v1/chat/completions) succeeds. The module polls for up to
@@ -173,9 +176,22 @@ options:
     type: bool
     default: true
   health_timeout_s:
-    description: How long to wait for every instance to be ready.
+    description:
+      - How long to wait for every instance to be ready; also the limit of the warm-up's
+        wait for LingBot (O(warm_up)).
     type: int
     default: 60
+  warm_up:
+    description:
+      - Warm each instance around its start (C(lingbot_fleet.warmup), installed at
+        C(/usr/local/libexec/lingbot-fleet/lingbot-warm-up)) - C(ExecStartPre) makes a
+        context on every GPU and maps and checks every peer pair the plan uses, through
+        C(libcuda.so.1), under the instance's numactl binding; C(ExecStartPost) waits for
+        C(/metrics) and sends one-token chat completions until their time is steady, so
+        LingBot pays its first-use costs before the unit is active. False leaves both
+        out (the program is still installed).
+    type: bool
+    default: true
   health_host:
     description: The address the readiness check connects to, on the node.
     type: str
@@ -286,16 +302,17 @@ journal:
 """
 
 import grp
+import inspect
 import json
 import os
 import pwd
 import shutil
 import tempfile
 import time
-from http.client import HTTPConnection, HTTPException
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.lingbot_fleet import lingbot_layout as layout
+from ansible.module_utils.lingbot_fleet import warmup as warm_up_program
 from ansible.module_utils.lingbot_fleet.lingbot_config import ConfigError, build_config, to_yaml
 from ansible.module_utils.lingbot_fleet.nodefiles import (
     GENERATION_ARGUMENT_SPEC,
@@ -321,8 +338,8 @@ POLL_INTERVAL_S = 1.0
 # A port held by another process for this long means the instance cannot serve there.
 FOREIGN_GRACE_S = 3.0
 REQUEST_TIMEOUT_S = 10.0
-CHAT_PATH = "/v1/chat/completions"
-METRICS_PATH = "/metrics"
+CHAT_PATH = warm_up_program.CHAT_PATH
+METRICS_PATH = warm_up_program.METRICS_PATH
 METRIC_NAME = "lingbot_balancer_weight"
 UNIT_PROPERTIES = (
     "Id",
@@ -378,6 +395,9 @@ def launch_of(params: dict) -> layout.Launch:
         entry=tuple(params["entry"]),
         host=params["listen_host"],
         extra_args=tuple(params["extra_args"]),
+        warm_up=params["warm_up"],
+        warm_up_timeout_s=params["health_timeout_s"],
+        readiness_host=params["health_host"],
     )
 
 
@@ -581,8 +601,15 @@ def write_files(
             )
         else:
             changes.remove_file(layout.secrets_path(name))
+    changes.make_dir(os.path.dirname(layout.WARM_UP_PROGRAM), mode=0o755)
+    changes.write_file(layout.WARM_UP_PROGRAM, warm_up_source(), mode=0o755)
     for path, text in units.items():
         changes.write_file(path, text, mode=0o644)
+
+
+def warm_up_source() -> str:
+    """The warm-up program's text: the module_utils file this module carries, as it is."""
+    return inspect.getsource(warm_up_program)
 
 
 def stale_check(stale: list[layout.PresentInstance]) -> None:
@@ -644,14 +671,17 @@ def apply_services(
             f"enable {', '.join(units(done['enabled']))}",
         )
     if done["restarted"]:
+        # A start that fails (the warm-up, say) is reported by wait_ready with the journal.
         changes.run(
             [systemctl, "restart", "--", *units(done["restarted"])],
             f"restart {', '.join(units(done['restarted']))} (their files changed)",
+            check=False,
         )
     if done["started"]:
         changes.run(
             [systemctl, "start", "--", *units(done["started"])],
             f"start {', '.join(units(done['started']))}",
+            check=False,
         )
     return done
 
@@ -713,28 +743,6 @@ def owns_socket(pids: set[int], inodes: set[str]) -> bool:
     return False
 
 
-def http(
-    host: str, port: int, method: str, path: str, *, body: dict | None = None, api_key: str = ""
-) -> tuple[int | None, str]:
-    """(status, text) of one request; (None, reason) when there is no answer."""
-    headers = {"Accept": "*/*"}
-    payload = None
-    if body is not None:
-        payload = json.dumps(body).encode()
-        headers["Content-Type"] = "application/json"
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
-    connection = HTTPConnection(host, port, timeout=REQUEST_TIMEOUT_S)
-    try:
-        connection.request(method, path, body=payload, headers=headers)
-        response = connection.getresponse()
-        return response.status, response.read(1 << 20).decode("utf-8", "replace")
-    except (OSError, HTTPException) as error:
-        return None, f"no answer ({error})"
-    finally:
-        connection.close()
-
-
 def readiness_once(params: dict, instance: dict, state: dict[str, str]) -> tuple[str, str]:
     """("ready" | "waiting" | "foreign" | "failed", why) for one instance, right now."""
     unit, port = layout.unit_name(instance["name"]), int(instance["port"])
@@ -755,13 +763,17 @@ def readiness_once(params: dict, instance: dict, state: dict[str, str]) -> tuple
                 "lingbot_service_base_port"
             )
     host, key = params["health_host"], params["api_key"]
-    status, text = http(host, port, "GET", METRICS_PATH)
+    status, text = warm_up_program.request(
+        host, port, "GET", METRICS_PATH, timeout_s=REQUEST_TIMEOUT_S
+    )
     if status != 200:
         return "waiting", f"GET {METRICS_PATH} answered {status or text}"
     if METRIC_NAME not in text:
         return "waiting", f"GET {METRICS_PATH} has no {METRIC_NAME}"
     chat = {"messages": [{"role": "user", "content": "lingbot-fleet readiness"}], "max_tokens": 1}
-    status, text = http(host, port, "POST", CHAT_PATH, body=chat, api_key=key)
+    status, text = warm_up_program.request(
+        host, port, "POST", CHAT_PATH, timeout_s=REQUEST_TIMEOUT_S, body=chat, api_key=key
+    )
     if status != 200:
         return "waiting", f"POST {CHAT_PATH} answered {status or ''} {text[:200]}".strip()
     try:
@@ -857,6 +869,7 @@ ARGUMENT_SPEC = {
     "remove_stale_instances": {"type": "bool", "default": True},
     "health_timeout_s": {"type": "int", "default": 60},
     "health_host": {"type": "str", "default": "127.0.0.1"},
+    "warm_up": {"type": "bool", "default": True},
     "journal_lines": {"type": "int", "default": 30},
     "header": {"type": "str", "default": layout.MANAGED_HEADER},
     "root": {"type": "path", "default": "/"},

@@ -2,9 +2,10 @@
 
 Runs on the controller (no connection to the node) on what the node's tasks gathered: the
 plan, the fresh probe, the previous probe's saved text, the link findings, the health
-results and, when the change or the measurements broke, what failed. Returns `gate`
-(passed, failures [{gate, evidence}], gates, notes) and `msg` naming every failed gate
-with its evidence.
+results, the chat load measured before and after the change (``service_before``,
+``service_after``: the ``load`` of module lingbot_chat_load) and, when the change or the
+measurements broke, what failed. Returns `gate` (passed, failures [{gate, evidence}],
+gates, notes) and `msg` naming every failed gate with its evidence.
 It does not fail the host itself: the role rolls the node back first, then fails it.
 """
 
@@ -29,6 +30,18 @@ def _task_failure(value: object) -> str | None:
     return failure_text(value)
 
 
+def _service_load(value: object) -> dict | None:
+    """A lingbot_chat_load ``load`` (None or empty: not measured); anything else than a
+    mapping is refused."""
+    if not value:
+        return None
+    if not isinstance(value, dict):
+        raise TypeError(
+            f"a service load must be the load mapping of lingbot_chat_load, not {value!r}"
+        )
+    return value
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
@@ -45,6 +58,9 @@ class ActionModule(ActionBase):
             policy = GatePolicy(
                 regression_tolerance_percent=float(args.get("regression_tolerance_percent", 10)),
                 link_fail_on=str(args.get("link_fail_on", "error")),
+                latency_tolerance_percent=float(args.get("latency_tolerance_percent", 25.0)),
+                latency_tolerance_floor_ms=float(args.get("latency_tolerance_floor_ms", 15.0)),
+                max_error_rate_percent=float(args.get("max_error_rate_percent", 0.5)),
             )
             inputs = GateInputs(
                 plan=args.get("plan") or None,
@@ -55,6 +71,8 @@ class ActionModule(ActionBase):
                 health=health_results(args.get("health") or []),
                 change_failure=_task_failure(args.get("change_failure")),
                 measure_failure=_task_failure(args.get("measure_failure")),
+                service_before=_service_load(args.get("service_before")),
+                service_after=_service_load(args.get("service_after")),
             )
             report = evaluate_gates(inputs, policy)
         except (ValueError, KeyError, TypeError) as error:
