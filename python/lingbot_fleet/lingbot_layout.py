@@ -289,7 +289,12 @@ class ExecStart:
 
     def text(self) -> str:
         """The ExecStart value, quoted for a unit file."""
-        return " ".join(systemd_word(word) for word in self.argv())
+        return command_text(self.argv())
+
+
+def command_text(argv: Sequence[str]) -> str:
+    """A command line as an Exec*= value of a unit file, each word quoted for systemd."""
+    return " ".join(systemd_word(word) for word in argv)
 
 
 def threshold_text(gbytes_per_s: float) -> str:
@@ -422,9 +427,9 @@ def warm_up_lines(instance: Mapping[str, Any], launch: Launch) -> list[str]:
         "# activating until LingBot answers one-token chat completions in steady time.",
         f"TimeoutStartSec={launch.warm_up_timeout_s + WARM_UP_TIMEOUT_MARGIN_S}",
         "ExecStartPre=",
-        "ExecStartPre=" + " ".join(systemd_word(word) for word in gpus),
+        "ExecStartPre=" + command_text(gpus),
         "ExecStartPost=",
-        "ExecStartPost=" + " ".join(systemd_word(word) for word in ready),
+        "ExecStartPost=" + command_text(ready),
     ]
 
 

@@ -47,20 +47,24 @@ def lab_gpus(tmp_path: Path):
     return node
 
 
+def warm_gpus(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    """``gpus`` through the lab's libcuda."""
+    return run_program("gpus", *args, "--cuda-library", str(cuda_library()), env=env)
+
+
 def test_the_program_imports_nothing_but_the_standard_library() -> None:
     # Installed on the nodes as one file: no import of the package may reach it.
-    source = PROGRAM.read_text()
-    assert "lingbot_fleet" not in "".join(
-        line for line in source.splitlines() if line.startswith(("import ", "from "))
-    )
+    imports = [
+        line for line in PROGRAM.read_text().splitlines() if line.startswith(("import ", "from "))
+    ]
+    assert imports
+    assert not [line for line in imports if "lingbot_fleet" in line or line.startswith("from .")]
 
 
 @pytest.mark.native
 def test_gpus_makes_contexts_and_checks_each_planned_pair(lab_gpus) -> None:
     env = lab_gpus("phb")
-    done = run_program(
-        "gpus", "--peer-pairs", "0:1,1:0", "--cuda-library", str(cuda_library()), env=env
-    )
+    done = warm_gpus(env, "--peer-pairs", "0:1,1:0")
     assert done.returncode == 0, done.stderr
     lines = done.stderr.splitlines()
     assert any(
@@ -77,9 +81,7 @@ def test_gpus_makes_contexts_and_checks_each_planned_pair(lab_gpus) -> None:
 @pytest.mark.native
 def test_gpus_stops_the_start_when_a_peer_copy_loses_writes(lab_gpus) -> None:
     env = lab_gpus("iommu-drop")
-    done = run_program(
-        "gpus", "--peer-pairs", "0:1", "--cuda-library", str(cuda_library()), env=env
-    )
+    done = warm_gpus(env, "--peer-pairs", "0:1")
     assert done.returncode == 1
     assert "peer pair 0->1: a 1048576-byte peer copy arrived with" in done.stderr
     assert "loses peer writes" in done.stderr
@@ -88,9 +90,7 @@ def test_gpus_stops_the_start_when_a_peer_copy_loses_writes(lab_gpus) -> None:
 @pytest.mark.native
 def test_gpus_reports_a_pair_without_peer_access_and_goes_on(lab_gpus) -> None:
     env = lab_gpus("noacpi")
-    done = run_program(
-        "gpus", "--peer-pairs", "0:1", "--cuda-library", str(cuda_library()), env=env
-    )
+    done = warm_gpus(env, "--peer-pairs", "0:1")
     assert done.returncode == 0, done.stderr
     assert "peer pair 0->1: the driver reports no peer access" in done.stderr
 
@@ -98,7 +98,7 @@ def test_gpus_reports_a_pair_without_peer_access_and_goes_on(lab_gpus) -> None:
 @pytest.mark.native
 def test_gpus_names_a_gpu_that_cannot_take_a_context(lab_gpus) -> None:
     env = lab_gpus("lost")
-    done = run_program("gpus", "--cuda-library", str(cuda_library()), env=env)
+    done = warm_gpus(env)
     assert done.returncode == 1
     assert "GPU ordinal 1: cuDevicePrimaryCtxRetain failed with CUDA_ERROR_DEVICE_UNAVAILABLE" in (
         done.stderr
@@ -108,9 +108,7 @@ def test_gpus_names_a_gpu_that_cannot_take_a_context(lab_gpus) -> None:
 @pytest.mark.native
 def test_a_pair_outside_the_visible_gpus_is_refused(lab_gpus) -> None:
     env = lab_gpus("phb", visible="0")
-    done = run_program(
-        "gpus", "--peer-pairs", "0:1", "--cuda-library", str(cuda_library()), env=env
-    )
+    done = warm_gpus(env, "--peer-pairs", "0:1")
     assert done.returncode == 1
     assert "names an ordinal the driver does not list: it lists 1 GPU(s)" in done.stderr
 
