@@ -7,7 +7,13 @@ module once with them as ``plan_inputs``. The module reads the plan in force and
 model's layer count on the node, builds the plan (``build_plan``, as the audit does),
 refuses what would fail before writing anything, converges, and sets the fact
 ``lingbot_plan``. A task that passes ``plan`` (readiness checks, tests) runs the module
-unchanged. A converged node costs this one module call.
+unchanged.
+
+A converged node costs no call: the module leaves a receipt of what it saw ready
+(``lingbot_fleet.service_options``), gpu_facts returns it with what moved since, and when
+nothing did and the plan made here from the same inputs (with the plan in force and the
+model's layers the receipt holds) is the plan in force, this plugin answers as the module
+would. Otherwise the module runs, with the digest its receipt is to keep.
 """
 
 from __future__ import annotations
@@ -16,7 +22,16 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
+from lingbot_fleet import service_options
+from lingbot_fleet.ansible_data import controller_options
 from lingbot_fleet.plan_gather import PlanGatherError, gather_plan_inputs
+from lingbot_fleet.receipt_action import (
+    execute,
+    module_path,
+    receipt_digest,
+    refuse_internal,
+    standing_receipt,
+)
 from lingbot_fleet.role_dirs import RolesNotFoundError, roles_dir
 
 MODULE = "lingbot_service"
@@ -24,12 +39,32 @@ MODULE = "lingbot_service"
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
+    _supports_check_mode = True
+
+    def receipt_answer(self, args: dict[str, Any], task_vars: dict[str, Any]) -> dict | None:
+        """Set ``receipt_digest`` in ``args``; the module's result when the receipt stands."""
+        if not isinstance(args.get("plan_inputs"), dict) or "plan" in args:
+            return None
+        # The inputs are the ones just gathered here; the other options are validated as
+        # the module validates them.
+        params = controller_options(self._task, args, service_options.DECISION_SPEC)
+        if params is None or params["readiness_only"]:
+            return None
+        params["plan_inputs"] = args["plan_inputs"]
+        args["receipt_digest"] = receipt_digest(
+            service_options.receipt_options(params), module_path(self, MODULE)
+        )
+        receipt = standing_receipt(task_vars, service_options.RECEIPT_ROLE, args["receipt_digest"])
+        if receipt is None:
+            return None
+        return service_options.receipt_answer(params, receipt, self._task.diff)
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         del tmp
         task_vars = task_vars or {}
         args = dict(self._task.args)
+        refuse_internal(args, MODULE, ("receipt_digest",))
         if "plan" not in args and "plan_inputs" not in args:
             try:
                 roles = roles_dir(MODULE, self._loader, self._task.collections)
@@ -37,8 +72,9 @@ class ActionModule(ActionBase):
             except (PlanGatherError, RolesNotFoundError) as error:
                 result.update(failed=True, changed=False, msg=str(error))
                 return result
-        try:
-            result.update(self._execute_module(MODULE, module_args=args, task_vars=task_vars))
-        finally:
-            self._remove_tmp_path(self._connection._shell.tmpdir)
+        answer = self.receipt_answer(args, task_vars)
+        if answer is not None:
+            result.update(answer)
+            return result
+        result.update(execute(self, MODULE, args, task_vars))
         return result

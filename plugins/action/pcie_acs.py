@@ -3,47 +3,55 @@
 The module leaves a receipt while its unit is installed (``lingbot_fleet.receipts``);
 gpu_facts, the first call of the run, returns it with the unit file's signature and the
 unit's state now (``ansible_facts.lingbot_receipts``). When the digest of this task's
-options is the receipt's, nothing moved, and the facts gathered in the same call show
+options and of the toolkit's code (``lingbot_fleet.receipt_action``) is the receipt's,
+nothing moved, and the facts gathered in the same call show
 ACS redirect off on every named port (with an IOMMU that allows it), the plugin answers
 with what the module would return, without a connection. Anything else runs the module.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-from lingbot_fleet import acs, receipts
+from lingbot_fleet import acs
 from lingbot_fleet.ansible_data import controller_options
-from lingbot_fleet.ansible_data import plain_data as plain
+from lingbot_fleet.receipt_action import (
+    execute,
+    module_path,
+    receipt_digest,
+    refuse_internal,
+    standing_receipt,
+)
+
+MODULE = "pcie_acs"
 
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _supports_check_mode = True
 
-    def receipt_answer(self, task_vars: dict[str, Any]) -> dict[str, Any] | None:
-        """The module's result when the node's receipt stands for these options, else None."""
-        params = controller_options(self._task, self._task.args, acs.ARGUMENT_SPEC)
+    def receipt_answer(
+        self, args: dict[str, Any], task_vars: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """Set ``receipt_digest`` in ``args``; the module's result when the node's receipt
+        stands for these options and this code, else None."""
+        params = controller_options(self._task, args, acs.ARGUMENT_SPEC)
         if params is None:
             return None
-        facts = (task_vars.get("ansible_facts") or {}).get(receipts.FACT_NAME) or {}
+        options = acs.receipt_options(
+            params["redirect_off_bridges"], params["allow_translating_iommu"], params["setpci"]
+        )
+        digest = receipt_digest(options, module_path(self, MODULE))
+        args["receipt_digest"] = digest
         try:
-            digest = receipts.options_digest(
-                acs.receipt_options(
-                    params["redirect_off_bridges"],
-                    params["allow_translating_iommu"],
-                    params["setpci"],
-                )
-            )
             moved = acs.facts_agree(
                 params["redirect_off_bridges"], params["facts"], params["allow_translating_iommu"]
             )
         except acs.AcsError:
             return None  # the module fails with its own message
-        if moved or receipts.unchanged(plain(facts.get(acs.RECEIPT_ROLE)), digest, time.time()):
+        if moved or standing_receipt(task_vars, acs.RECEIPT_ROLE, digest) is None:
             return None
         return {
             "changed": False,
@@ -61,10 +69,11 @@ class ActionModule(ActionBase):
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         del tmp
-        answer = self.receipt_answer(task_vars or {})
+        args = dict(self._task.args)
+        refuse_internal(args, MODULE, ("receipt_digest",))
+        answer = self.receipt_answer(args, task_vars or {})
         if answer is not None:
             result.update(answer)
             return result
-        result.update(self._execute_module(task_vars=task_vars))
-        self._remove_tmp_path(self._connection._shell.tmpdir)
+        result.update(execute(self, MODULE, args, task_vars))
         return result

@@ -11,28 +11,33 @@ archive is then copied into the remote temp directory and the module runs again 
 A node whose receipt stands costs no call at all: the module leaves a receipt of what it
 verified (``lingbot_fleet.receipts``), gpu_facts returns it with the signatures of its
 paths and the timer's state now (``ansible_facts.lingbot_receipts``), and when the digest
-of this task's options (with the archive's sha256) is the receipt's and nothing moved
+of this task's options (with the archive's sha256) and of the toolkit's code
+(``lingbot_fleet.receipt_action``) is the receipt's and nothing moved
 (``receipts.unchanged``), the plugin answers with what the module would return.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 from ansible import constants
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from lingbot_fleet import nodeapp, receipts
+from lingbot_fleet import nodeapp
 from lingbot_fleet.ansible_data import controller_options
-from lingbot_fleet.ansible_data import plain_data as plain
 from lingbot_fleet.monitor.install_options import (
     INSTALL_ARGUMENT_SPEC,
     RECEIPT_ROLE,
     managed_files,
     receipt_options,
+)
+from lingbot_fleet.receipt_action import (
+    module_path,
+    receipt_digest,
+    refuse_internal,
+    standing_receipt,
 )
 
 MODULE = "topo_monitor_install"
@@ -54,14 +59,14 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
 
     def receipt_answer(self, args: dict[str, Any], task_vars: dict[str, Any]) -> dict | None:
-        """The module's result when the node's receipt stands for these options, else None."""
+        """Set ``receipt_digest`` in ``args``; the module's result when the node's receipt
+        stands for these options and this code, else None."""
         params = controller_options(self._task, args, INSTALL_ARGUMENT_SPEC)
         if params is None:
             return None
-        found = (task_vars.get("ansible_facts") or {}).get(receipts.FACT_NAME) or {}
-        entry = plain(found.get(RECEIPT_ROLE))
-        digest = receipts.options_digest(receipt_options(params))
-        if receipts.unchanged(entry, digest, time.time()):
+        digest = receipt_digest(receipt_options(params), module_path(self, MODULE))
+        args["receipt_digest"] = digest
+        if standing_receipt(task_vars, RECEIPT_ROLE, digest) is None:
             return None
         return {
             "changed": False,
@@ -79,9 +84,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         del tmp
         args = dict(self._task.args)
-        for internal in ("app_checksum", "app_src"):
-            if internal in args:
-                raise AnsibleActionFail(f"{MODULE}: {internal} is set by the action plugin")
+        refuse_internal(args, MODULE, ("app_checksum", "app_src", "receipt_digest"))
         interpreter = args.get("python")
         if not interpreter:
             raise AnsibleActionFail(f"{MODULE}: python is required (the node's Python 3)")

@@ -10,6 +10,8 @@ a scratch root there, and the grub functions run on that root exactly as on the 
 from __future__ import annotations
 
 import glob
+import hashlib
+import json
 import os
 
 PROC_CMDLINE = "/proc/cmdline"
@@ -18,6 +20,23 @@ GRUB_D_DIR = "/etc/default/grub.d"
 GRUB_CFG_PATHS = ("/boot/grub/grub.cfg", "/boot/grub2/grub.cfg")
 BLS_ENTRIES_DIR = "/boot/loader/entries"
 BLS_GRUBENV_PATHS = ("/boot/grub2/grubenv", "/boot/grub/grubenv")
+# RHEL 9's kernel-install gives its words to every new kernel.
+KERNEL_CMDLINE_PATH = "/etc/kernel/cmdline"
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+# The newest boot id the run has seen on a host: gpu_facts and kernel_cmdline return it, and
+# facts read in another boot are read again (the gpu_facts action).
+BOOT_ID_FACT = "lingbot_boot_id"
+# The receipts' reading (lingbot_fleet.receipts) of everything kernel_cmdline decides from.
+BOOT_STATE_READING = "boot_state"
+# Beyond the boot files, what the boot state covers: grubby's words for new kernels, what
+# tells the boot loader family (bootloader.detect), and the boot itself.
+BOOT_STATE_EXTRA_PATHS = (
+    KERNEL_CMDLINE_PATH,
+    "/etc/os-release",
+    "/usr/lib/os-release",
+    "/etc/redhat-release",
+    BOOT_ID_PATH,
+)
 # No boot file comes near this; one that does is not a boot file.
 MAX_BOOT_FILE_BYTES = 1 << 20
 
@@ -89,3 +108,30 @@ def write_boot_files(files: dict[str, str], root: str) -> None:
         os.makedirs(os.path.dirname(real), exist_ok=True)
         with open(real, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)
+
+
+def read_boot_id(root: str = "/") -> str | None:
+    """This boot's id, None when the kernel does not say."""
+    try:
+        with open(_on_root(root, BOOT_ID_PATH), encoding="ascii", errors="replace") as handle:
+            return handle.read().strip() or None
+    except OSError:
+        return None
+
+
+def boot_state_digest(root: str = "/") -> str:
+    """sha256 of the boot files' text (``read_boot_files``), of BOOT_STATE_EXTRA_PATHS and
+    of which of them exist: equal digests mean the same kernel command line is running and
+    configured, in the same boot. Raises BootFileError or OSError when a file cannot be read.
+    """
+    files = read_boot_files(root)
+    for path in BOOT_STATE_EXTRA_PATHS:
+        try:
+            with open(
+                _on_root(root, path), encoding="utf-8", errors="replace", newline=""
+            ) as handle:
+                files[path] = handle.read(MAX_BOOT_FILE_BYTES + 1)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+    text = json.dumps(files, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

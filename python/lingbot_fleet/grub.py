@@ -45,7 +45,6 @@ from .cmdline import (
 
 CMDLINE_VARS = ("GRUB_CMDLINE_LINUX", "GRUB_CMDLINE_LINUX_DEFAULT")
 # RHEL 9: the arguments kernel-install gives every new kernel's BLS entry.
-KERNEL_CMDLINE_PATH = "/etc/kernel/cmdline"
 DROPIN_HEADER = (
     "# Managed by lingbot-fleet (role kernel_cmdline): kernel parameters it adds.\n"
     "# Set them in the inventory (kernel_cmdline_present), not here.\n"

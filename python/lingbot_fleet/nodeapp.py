@@ -25,6 +25,7 @@ purpose: it would tie the archive to the controller's Python version.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import io
 import os
@@ -244,17 +245,26 @@ def build(
     return zipapp_bytes(program_files(package, root), interpreter)
 
 
-def source_key(package: str, interpreter: str | None, root: Path) -> str:
-    """sha256 over everything the archive is made from: every .py of the package, the
-    program, the interpreter line and the format."""
+@functools.cache
+def package_digest(root: Path) -> str:
+    """sha256 over the relative path and content of every .py file under ``root``, read once
+    per process: the code as it was when the run started (the controller's main process
+    warms it before Ansible's workers fork, so no host's worker reads it again)."""
     digest = hashlib.sha256()
-    for part in (FORMAT_VERSION, package, interpreter or ""):
-        digest.update(part.encode() + b"\0")
     for path in sorted(root.rglob("*.py")):
         if "__pycache__" in path.parts:
             continue
         digest.update(path.relative_to(root).as_posix().encode() + b"\0")
         digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def source_key(package: str, interpreter: str | None, root: Path) -> str:
+    """sha256 over everything the archive is made from: every .py of the package, the
+    program, the interpreter line and the format."""
+    digest = hashlib.sha256()
+    for part in (FORMAT_VERSION, package, interpreter or "", package_digest(root)):
+        digest.update(part.encode() + b"\0")
     return digest.hexdigest()
 
 
@@ -289,3 +299,7 @@ def cached_build(
 
 def sha256_file(path: str | os.PathLike[str]) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+# Warm in the main process (see package_digest).
+package_digest(package_dir())

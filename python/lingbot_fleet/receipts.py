@@ -3,16 +3,29 @@
 Stdlib-only: runs on nodes (shipped as ``ansible.module_utils.lingbot_fleet.receipts``).
 
 A module that has just brought its files and units into line writes a receipt for its
-role under ``RECEIPTS_DIR``: a digest of the options it converged with, and the stat
-signature of every path it manages (inode, size, mtime, ctime, mode, owner of a file; mode
-and owner of a directory; None for a path that must be absent). Any write, rename, chmod
-or chown of such a path changes its signature (the kernel sets ctime on each), so equal
-signatures mean the files are the ones the module verified. gpu_facts, the first call of a
-run, returns every receipt with the signatures of its paths now and the state of its
-units (``current``); the role's action plugin then answers without a module call only when
-the digest of its own options is the receipt's, every signature is unchanged and every
-unit is as the receipt requires (``unchanged``). Anything else runs the module, which
-decides from the files themselves and writes a new receipt.
+role under ``RECEIPTS_DIR``: a digest of what it converged with (its options and the
+toolkit's code: the action plugin computes it on the controller and passes it as the
+module's ``receipt_digest``), and what it verified:
+
+- ``paths``: the stat signature of every path it manages (inode, size, mtime, ctime, mode,
+  owner of a file; mode and owner of a directory; None for a path that must be absent).
+  Any write, rename, chmod or chown of such a path changes its signature (the kernel sets
+  ctime on each), so equal signatures mean the files are the ones the module verified;
+- ``listings``: directories whose entries the module decides from (new instances, stale
+  ones), signed with their mtime, which every entry created, removed or renamed moves;
+- ``units``: the unit properties it requires (``UNIT_PROPERTIES``: a main PID and an
+  invocation id pin the very process it verified);
+- ``readings``: named values of the node that only a reading tells (``boot_state``: the
+  digest of every file the kernel command line is read from, and the boot id;
+  ``lingbot_answers``: each LingBot instance answering), read again by the caller's
+  reader of that name, which is given the recorded value;
+- ``data``: what the role's action needs to answer for the module (the result it gave, the
+  plan in force), kept as the module left it.
+
+gpu_facts, the first call of a run, returns every receipt with its paths, listings, units
+and readings now (``current``); the role's action plugin then answers without a module
+call only when the digest is the receipt's and nothing moved (``unchanged``). Anything
+else runs the module, which decides from the files themselves and writes a new receipt.
 
 A receipt is toolkit state, like the saved probe: not a managed file, not in the
 generations. A stale receipt (after a rollback, an upgrade, an edit) only costs the module
@@ -34,7 +47,14 @@ SCHEMA = 1
 RECEIPTS_DIR = "/var/lib/lingbot-fleet/receipts"
 FACT_NAME = "lingbot_receipts"
 # The unit properties a receipt can require, read by gpu_facts in one systemctl call.
-UNIT_PROPERTIES = ("LoadState", "UnitFileState", "ActiveState")
+UNIT_PROPERTIES = (
+    "LoadState",
+    "UnitFileState",
+    "ActiveState",
+    "SubState",
+    "MainPID",
+    "InvocationID",
+)
 # How old gpu_facts' reading may be for a receipt to stand on it (a fact cache may hold
 # one from an earlier run); a node whose clock is off by more pays for the module call.
 READING_MAX_AGE_S = 300.0
@@ -67,6 +87,18 @@ def signature(real_path: str) -> list[int] | None:
     ]
 
 
+def listing_signature(real_path: str) -> list[int] | None:
+    """A directory's entries as a signature: inode and mtime (an entry created, removed or
+    renamed moves the mtime); None when it does not exist or is no directory."""
+    try:
+        info = os.stat(real_path)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(info.st_mode):
+        return None
+    return [info.st_ino, info.st_mtime_ns]
+
+
 def _real(root: str, path: str) -> str:
     return os.path.join(root, path.lstrip("/"))
 
@@ -81,16 +113,29 @@ def write_receipt(
     paths: Sequence[str],
     units: Mapping[str, Mapping[str, str]],
     root: str = "/",
+    *,
+    listings: Sequence[str] = (),
+    readings: Mapping[str, Any] | None = None,
+    data: Mapping[str, Any] | None = None,
 ) -> bool:
-    """Record the paths' signatures now and the unit states required; True when the
-    receipt changed. ``units``: unit name -> property -> required value."""
-    document = {
+    """Record the paths' and listings' signatures now, the unit states required, the
+    readings and the role's data; True when the receipt changed. ``units``: unit name ->
+    property -> required value."""
+    document: dict[str, Any] = {
         "schema": SCHEMA,
         "role": role,
         "options_digest": digest,
         "paths": {path: signature(_real(root, path)) for path in sorted(set(paths))},
         "units": {name: dict(required) for name, required in sorted(units.items())},
     }
+    if listings:
+        document["listings"] = {
+            path: listing_signature(_real(root, path)) for path in sorted(set(listings))
+        }
+    if readings:
+        document["readings"] = dict(readings)
+    if data is not None:
+        document["data"] = dict(data)
     text = json.dumps(document, sort_keys=True, indent=1) + "\n"
     target = receipt_path(role, root)
     try:
@@ -117,23 +162,48 @@ def _valid(document: Any, role: str) -> bool:
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
         return False
     paths, units = document.get("paths"), document.get("units")
+    listings = document.get("listings", {})
     return (
         document.get("role") == role
         and isinstance(document.get("options_digest"), str)
         and isinstance(paths, dict)
         and all(value is None or isinstance(value, list) for value in paths.values())
+        and isinstance(listings, dict)
+        and all(value is None or isinstance(value, list) for value in listings.values())
         and isinstance(units, dict)
         and all(isinstance(value, dict) for value in units.values())
+        and isinstance(document.get("readings", {}), dict)
+        and isinstance(document.get("data", {}), dict)
     )
 
 
+def _read_each(
+    recorded: Mapping[str, Any], readers: Mapping[str, Callable[[Any], Any]]
+) -> dict[str, Any]:
+    """Each recorded reading now (its reader is given the recorded value); None for a name
+    without a reader or a reader that fails."""
+    values: dict[str, Any] = {}
+    for name, value in recorded.items():
+        reader = readers.get(name)
+        try:
+            values[name] = reader(value) if reader is not None else None
+        except (OSError, ValueError):
+            values[name] = None
+    return values
+
+
 def read_receipts(
-    root: str, show_units: Callable[[Sequence[str]], dict[str, dict[str, str]]], now_s: float
+    root: str,
+    show_units: Callable[[Sequence[str]], dict[str, dict[str, str]]],
+    now_s: float,
+    readers: Mapping[str, Callable[[Any], Any]] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """role -> {receipt, current: {paths, units, read_at_s}} for every valid receipt.
+    """role -> {receipt, current: {paths, listings, units, readings, read_at_s}} for every
+    valid receipt.
 
     ``show_units`` reads UNIT_PROPERTIES of the named units in one call (an empty dict
-    for a unit it could not read)."""
+    for a unit it could not read); ``readers`` reads a named reading, given the value the
+    receipt recorded (only the readings a receipt holds are read)."""
     directory = _real(root, RECEIPTS_DIR)
     try:
         names = sorted(os.listdir(directory))
@@ -157,7 +227,11 @@ def read_receipts(
         receipt = entry["receipt"]
         entry["current"] = {
             "paths": {path: signature(_real(root, path)) for path in receipt["paths"]},
+            "listings": {
+                path: listing_signature(_real(root, path)) for path in receipt.get("listings", {})
+            },
             "units": {unit: unit_states.get(unit, {}) for unit in receipt["units"]},
+            "readings": _read_each(receipt.get("readings", {}), readers or {}),
             "read_at_s": now_s,
         }
     return found
@@ -179,6 +253,14 @@ def unchanged(entry: Any, digest: str, now_s: float) -> str | None:
     for path, recorded in (receipt.get("paths") or {}).items():
         if path not in paths or paths[path] != recorded:
             return f"{path} changed since the receipt"
+    listings = current.get("listings") or {}
+    for path, recorded in (receipt.get("listings") or {}).items():
+        if path not in listings or listings[path] != recorded:
+            return f"the entries of {path} changed since the receipt"
+    readings = current.get("readings") or {}
+    for name, recorded in (receipt.get("readings") or {}).items():
+        if recorded is None or readings.get(name) != recorded:
+            return f"the node's {name} changed since the receipt"
     units = current.get("units") or {}
     for unit, required in (receipt.get("units") or {}).items():
         now = units.get(unit) or {}
@@ -201,3 +283,9 @@ def parse_show_all(text: str) -> dict[str, dict[str, str]]:
         if values.get("Id"):
             units[values["Id"]] = values
     return units
+
+
+# The option every module that keeps a receipt takes: the digest its action plugin
+# computed (lingbot_fleet.receipt_action.receipt_digest). Without it the module keeps the
+# receipt it has (topo_monitor and pcie_acs: a digest of its own options).
+RECEIPT_ARGUMENT_SPEC: dict[str, dict[str, Any]] = {"receipt_digest": {"type": "str"}}

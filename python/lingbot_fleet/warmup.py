@@ -37,6 +37,8 @@ CUDA_SUCCESS = 0
 CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704
 WARM_BUFFER_BYTES = 1 << 20
 METRICS_PATH = "/metrics"
+# What LingBot's /metrics holds once it serves (the readiness check looks for it).
+READY_METRIC = "lingbot_balancer_weight"
 CHAT_PATH = "/v1/chat/completions"
 API_KEY_VARIABLE = "LINGBOT_API_KEY"
 READINESS_BODY = {

@@ -246,6 +246,8 @@ def test_the_cache_builds_once_per_content(tmp_path: Path) -> None:
     assert (again, again.stat().st_mtime_ns) == (first, built)
     assert first.read_bytes() == nodeapp.build("lingbot_fleet.tool", "/usr/bin/python3", package)
     (package / "shared.py").write_text("thing = 'changed'\n")
+    # The sources are read once per process (a run); the next run sees the change.
+    nodeapp.package_digest.cache_clear()
     changed = nodeapp.cached_build(cache, "lingbot_fleet.tool", "/usr/bin/python3", package)
     assert changed != first
     assert b"thing = 'changed'" in changed.read_bytes()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,8 @@ class FakeSystemd:
     units: dict[str, dict[str, str]] = field(default_factory=dict)
     calls: list[list[str]] = field(default_factory=list)
     journal: str = "lingbot: error: the journal line\n"
+    # Each start gives the unit a new main process and invocation, as systemd does.
+    starts: int = 0
 
     def __call__(self, argv: list[str], *, check: bool = True) -> nodefiles.CommandResult:
         argv = list(argv)
@@ -56,7 +59,12 @@ class FakeSystemd:
         if tool == "systemctl" and argv[1] == "show":
             blocks = []
             for unit in argv[argv.index("--") + 1 :]:
-                props = {"Id": unit, "ActiveState": "inactive", "UnitFileState": "disabled"}
+                props = {
+                    "Id": unit,
+                    "LoadState": "loaded",
+                    "ActiveState": "inactive",
+                    "UnitFileState": "disabled",
+                }
                 props.update(self.units.get(unit, {}))
                 blocks.append("\n".join(f"{key}={value}" for key, value in props.items()))
             return nodefiles.CommandResult(0, "\n\n".join(blocks) + "\n", "")
@@ -72,12 +80,17 @@ class FakeSystemd:
         for unit in units:
             props = self.units.setdefault(unit, {})
             if verb in ("start", "restart"):
+                self.starts += 1
                 props["ActiveState"] = "active"
+                props["MainPID"] = str(1000 + self.starts)
+                props["InvocationID"] = f"{self.starts:032x}"
             elif verb == "enable":
                 props["UnitFileState"] = "enabled"
             elif verb == "disable":
                 props["UnitFileState"] = "disabled"
                 props["ActiveState"] = "inactive"
+                props["MainPID"] = "0"
+                props["InvocationID"] = ""
 
     def mutating(self) -> list[list[str]]:
         return [
@@ -152,3 +165,26 @@ def tree(root: Path) -> dict[str, tuple[str, int]]:
         else:
             found[relative] = (path.read_text(errors="replace"), path.stat().st_mode & 0o7777)
     return found
+
+
+def node_arguments(tmp_path: Path) -> dict[str, Any]:
+    """A node root with numactl and a model (32 layers); the module's arguments for it."""
+    root = tmp_path / "root"
+    # numactl at a host path (systemd-analyze verify checks ExecStart on this machine) and
+    # at the same path under the root (the module checks it there).
+    numactl = tmp_path / "bin" / "numactl"
+    for path in (numactl, root / str(numactl).lstrip("/")):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("#!/bin/sh\nexit 0\n")
+        path.chmod(0o755)
+    (root / "srv" / "model").mkdir(parents=True)
+    (root / "srv" / "model" / "config.json").write_text('{"num_hidden_layers": 32}\n')
+    return {
+        "root": str(root),
+        "numactl": str(numactl),
+        "python": sys.executable,
+        "model_path": "/srv/model",
+        "user": "root",
+        "group": "root",
+        "device_groups": [],
+    }

@@ -16,7 +16,7 @@ from typing import Any
 
 import plan_support
 import pytest
-from module_support import SERVICE, FakeSystemd, run, tree
+from module_support import SERVICE, FakeSystemd, node_arguments, run, tree
 
 from lingbot_fleet import lingbot_layout as layout
 from lingbot_fleet import warmup
@@ -33,25 +33,7 @@ def plan_of(profile: str, **policy: Any) -> dict[str, Any]:
 @pytest.fixture
 def node(tmp_path: Path) -> dict[str, Any]:
     """A node root with numactl and a model; module arguments for it."""
-    root = tmp_path / "root"
-    # numactl at a host path (systemd-analyze verify checks ExecStart on this machine) and
-    # at the same path under the root (the module checks it there).
-    numactl = tmp_path / "bin" / "numactl"
-    for path in (numactl, root / str(numactl).lstrip("/")):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("#!/bin/sh\nexit 0\n")
-        path.chmod(0o755)
-    (root / "srv" / "model").mkdir(parents=True)
-    (root / "srv" / "model" / "config.json").write_text('{"num_hidden_layers": 32}\n')
-    return {
-        "root": str(root),
-        "numactl": str(numactl),
-        "python": sys.executable,
-        "model_path": "/srv/model",
-        "user": "root",
-        "group": "root",
-        "device_groups": [],
-    }
+    return node_arguments(tmp_path)
 
 
 @pytest.fixture

@@ -23,6 +23,9 @@ import lingbot_fleet.cmdline
 import lingbot_fleet.generations
 import lingbot_fleet.grub
 import lingbot_fleet.nodefiles
+import lingbot_fleet.receipts
+from lingbot_fleet import kernel_options
+from lingbot_fleet.bootfiles import BOOT_STATE_READING, boot_state_digest
 
 REPO = Path(__file__).resolve().parents[2]
 LIBRARY = REPO / "roles" / "kernel_cmdline" / "library"
@@ -151,6 +154,7 @@ def params(root: Path, **overrides: Any) -> dict[str, Any]:
         "verify": False,
         "verify_gpu_numa": True,
         "verify_against": "policy",
+        "receipt_digest": None,
     }
     values.update(overrides)
     return values
@@ -700,6 +704,7 @@ def test_verify_passes_with_evidence(tmp_path: Path) -> None:
     assert result["ansible_facts"] == {
         "kernel_cmdline_reboot_required": False,
         "kernel_cmdline_running": RUNNING_NEW.split(),
+        "lingbot_boot_id": None,
     }
 
 
@@ -806,6 +811,7 @@ def test_real_ansible_records_into_the_generation_and_sets_facts(tmp_path: Path)
         "kernel_cmdline_configured": ["iommu=pt", "quiet"],
         "kernel_cmdline_running": RUNNING_OLD.split(),
         "lingbot_generation_pending": "run-1",
+        "lingbot_boot_id": None,
     }
 
 
@@ -819,3 +825,199 @@ def test_real_ansible_reports_a_bad_policy(tmp_path: Path) -> None:
         "kernel parameter 'iommu' is asked to be absent while 'iommu=pt' is asked to be "
         "present; remove it from one of the two lists. Nothing was written."
     )
+
+
+# --- the receipt: a later run answered without a call ------------------------------------
+
+RECEIPT = "var/lib/lingbot-fleet/receipts/kernel_cmdline.json"
+
+
+def reading(node: Node) -> dict[str, Any]:
+    """The receipt as gpu_facts reads it at the start of a run."""
+    found = lingbot_fleet.receipts.read_receipts(
+        str(node.root),
+        lambda units: {},
+        1_800_000_000.0,
+        {BOOT_STATE_READING: lambda _recorded: boot_state_digest(str(node.root))},
+    )
+    return found["kernel_cmdline"]
+
+
+def kept(node: Node, result: dict[str, Any], digest: str = "d1") -> str:
+    return kc.keep_receipt(params(node.root, receipt_digest=digest), result)
+
+
+def test_the_receipt_answers_as_a_call_that_changes_nothing(tmp_path: Path) -> None:
+    node = installed(tmp_path)
+    (node.root / "proc/sys/kernel/random").mkdir(parents=True)
+    (node.root / "proc/sys/kernel/random/boot_id").write_text("boot-1\n")
+    applied = configure(node)
+    assert applied["changed"] is True
+    assert kept(node, applied) == "written"
+    assert kept(node, applied) == "unchanged"
+    entry = reading(node)
+    assert lingbot_fleet.receipts.unchanged(entry, "d1", 1_800_000_000.0) is None
+    assert lingbot_fleet.receipts.unchanged(entry, "d2", 1_800_000_000.0) == (
+        "the options changed since the receipt"
+    )
+    answer = kernel_options.receipt_answer(entry["receipt"], diff=True)
+    again = configure(node)
+    assert answer is not None and again["changed"] is False
+    for key in ("changed", "actions", "changed_paths", "diff", *kernel_options.ANSWER_KEYS):
+        assert answer[key] == again[key], key
+    assert answer["ansible_facts"] == again["ansible_facts"]
+    assert answer["receipt"] == "stands"
+    assert "diff" not in kernel_options.receipt_answer(entry["receipt"], diff=False)
+    assert oct((node.root / RECEIPT).stat().st_mode & 0o777) == "0o600"
+
+
+BOOT_MOVES = {
+    "a grub defaults file edited": lambda root: (root / "etc/default/grub").write_text(
+        (root / "etc/default/grub").read_text() + 'GRUB_CMDLINE_LINUX_DEFAULT="quiet pci=noacpi"\n'
+    ),
+    "a new grub.d file": lambda root: (root / "etc/default/grub.d/99-vendor.cfg").write_text(
+        'GRUB_CMDLINE_LINUX="$GRUB_CMDLINE_LINUX pci=noacpi"\n'
+    ),
+    "grub.cfg rewritten": lambda root: (root / "boot/grub/grub.cfg").write_text("set default=0\n"),
+    "a grubenv appearing": lambda root: (root / "boot/grub/grubenv").write_text(
+        "# GRUB Environment Block\nsaved_entry=1\n"
+    ),
+    "a reboot into another command line": lambda root: (root / "proc/cmdline").write_text(
+        RUNNING_NEW + "\n"
+    ),
+    "a reboot into the same command line": lambda root: (
+        root / "proc/sys/kernel/random/boot_id"
+    ).write_text("boot-2\n"),
+    "kernel-install's cmdline appearing": lambda root: (
+        (root / "etc/kernel").mkdir()
+        or (root / "etc/kernel/cmdline").write_text("root=UUID=1 ro pci=noacpi\n")
+    ),
+    "another OS release": lambda root: (root / "etc/os-release").write_text("ID=rocky\n"),
+    "a grub.d entry that cannot be read": lambda root: (
+        root / "etc/default/grub.d/broken.cfg"
+    ).mkdir(),
+    "a link retargeted": lambda root: (
+        (root / "boot/grub/grub.cfg").rename(root / "boot/grub/grub.cfg.real")
+        or (root / "boot/grub/grub.cfg").symlink_to("grub.cfg.missing")
+    ),
+}
+
+
+@pytest.mark.parametrize("move", sorted(BOOT_MOVES))
+def test_any_boot_file_or_the_boot_moving_takes_the_receipt_down(tmp_path: Path, move: str) -> None:
+    node = installed(tmp_path)
+    (node.root / "proc/sys/kernel/random").mkdir(parents=True)
+    (node.root / "proc/sys/kernel/random/boot_id").write_text("boot-1\n")
+    kept(node, configure(node))
+    BOOT_MOVES[move](node.root)
+    assert lingbot_fleet.receipts.unchanged(reading(node), "d1", 1_800_000_000.0) == (
+        "the node's boot_state changed since the receipt"
+    )
+
+
+def test_the_same_text_written_again_keeps_the_receipt(tmp_path: Path) -> None:
+    node = installed(tmp_path)
+    kept(node, configure(node))
+    grub = node.root / "etc/default/grub"
+    text = grub.read_text()
+    grub.unlink()
+    grub.write_text(text)
+    assert lingbot_fleet.receipts.unchanged(reading(node), "d1", 1_800_000_000.0) is None
+
+
+def test_a_receipt_without_the_answer_it_writes_is_not_answered_from(tmp_path: Path) -> None:
+    assert kernel_options.receipt_answer({"data": {}}, diff=False) is None
+    answer = dict.fromkeys(kernel_options.ANSWER_KEYS)
+    assert kernel_options.receipt_answer({"data": {"answer": answer}}, diff=False) is not None
+    del answer["running"]
+    assert kernel_options.receipt_answer({"data": {"answer": answer}}, diff=False) is None
+
+
+def test_a_call_without_a_digest_writes_no_receipt(tmp_path: Path) -> None:
+    node = installed(tmp_path)
+    result = configure(node)
+    assert kc.keep_receipt(params(node.root, receipt_digest=None), result).startswith("none")
+    assert not (node.root / RECEIPT).exists()
+
+
+READ_THEN_CONFIGURE = """
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+    - name: Read the node
+      gpu_facts:
+        root: "{root}"
+        nvml: "off"
+        nvidia_smi: /nonexistent/nvidia-smi
+        receipts: true
+    - name: Configure the kernel command line
+      kernel_cmdline:
+        present: {{iommu: pt}}
+        absent: [pci=noacpi]
+        root: "{root}"
+        update_bootloader: false
+        backup_dir: /var/backup
+      register: configured
+    - name: Keep the result
+      ansible.builtin.copy:
+        content: "{{{{ configured | to_json }}}}"
+        dest: "{out}"
+        mode: "0644"
+"""
+
+
+def run_playbook_on(node: Node) -> dict[str, Any]:
+    out = node.root.parent / "result.json"
+    playbook = node.root.parent / "play.yml"
+    playbook.write_text(READ_THEN_CONFIGURE.format(root=node.root, out=out))
+    env = dict(os.environ)
+    env.update(
+        {
+            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+            "ANSIBLE_LIBRARY": f"{LIBRARY}:{REPO / 'roles/gpu_facts/library'}",
+            "ANSIBLE_LOCAL_TEMP": str(node.root.parent / "ansible-tmp"),
+            "ANSIBLE_HOME": str(node.root.parent / "ansible-home"),
+        }
+    )
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "-i",
+            "localhost,",
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            str(playbook),
+        ],
+        check=False,
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_real_ansible_answers_a_converged_node_from_its_receipt(tmp_path: Path) -> None:
+    node = installed(tmp_path)
+    first = run_playbook_on(node)
+    assert first["changed"] is True and first["receipt"] == "written"
+    second = run_playbook_on(node)
+    assert second["receipt"] == "stands" and second["changed"] is False
+    assert "no call" in second["msg"]
+    assert second["configured"] == first["configured"]
+    assert second["ansible_facts"]["kernel_cmdline_reboot_required"] is True
+    # A hand edit that puts pci=noacpi back: the module runs and takes it out again.
+    grub = node.root / "etc/default/grub"
+    grub.write_text(grub.read_text() + 'GRUB_CMDLINE_LINUX_DEFAULT="quiet pci=noacpi"\n')
+    third = run_playbook_on(node)
+    assert third["changed"] is True and third["receipt"] == "written"
+    assert grub.read_text().endswith('GRUB_CMDLINE_LINUX_DEFAULT="quiet"\n')
+
+
+def test_real_ansible_refuses_a_receipt_digest_in_the_task(tmp_path: Path) -> None:
+    node = installed(tmp_path)
+    result = run_ansible(node, receipt_digest="0" * 64)
+    assert result["msg"] == "kernel_cmdline: receipt_digest is set by the action plugin"

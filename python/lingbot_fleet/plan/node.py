@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..lingbot_layout import PLAN_PATH, on_root
@@ -33,72 +33,82 @@ def _layer_count(document: object) -> object:
     return text_config.get(LAYER_KEY) if isinstance(text_config, dict) else None
 
 
-def model_layers(
-    root: str, model_path: str, configured: int | None
-) -> tuple[int | None, str, str | None]:
-    """(layer count, where it comes from, problem naming the file and the fix).
+@dataclass(frozen=True)
+class ModelLayers:
+    """The model's decoder layer count for the planner, where it comes from, and the
+    problem (naming the file and the fix) when there is none."""
 
-    ``configured`` (lingbot_service_model_num_layers) is used when config.json has no layer
-    count and must agree with it when it has one.
-    """
+    count: int | None
+    source: str
+    problem: str | None
+
+
+def read_config_layers(root: str, model_path: str) -> tuple[object, str | None]:
+    """(``num_hidden_layers`` of the model's config.json as found, or None; why it could
+    not be read, naming the file and the fix, or None). Only reads."""
     path = os.path.join(model_path, "config.json")
     try:
         with open(on_root(root, path), encoding="utf-8") as handle:
             document = json.load(handle)
     except FileNotFoundError:
-        return (
-            None,
-            "",
-            (
-                f"{path} does not exist: LingBot's --model-path must be a model directory (Hugging "
-                "Face style, with config.json). Put the model there, or point "
-                "lingbot_service_model_path at it; this role installs no model"
-            ),
+        return None, (
+            f"{path} does not exist: LingBot's --model-path must be a model directory (Hugging "
+            "Face style, with config.json). Put the model there, or point "
+            "lingbot_service_model_path at it; this role installs no model"
         )
     except (OSError, UnicodeDecodeError) as error:
-        return None, "", f"{path} cannot be read ({error}); make it readable"
+        return None, f"{path} cannot be read ({error}); make it readable"
     except ValueError as error:
-        return (
-            None,
-            "",
-            (
-                f"{path} is not JSON ({error}); LingBot and the planner read {LAYER_KEY} from it: "
-                "replace it with the model's own config.json"
-            ),
+        return None, (
+            f"{path} is not JSON ({error}); LingBot and the planner read {LAYER_KEY} from it: "
+            "replace it with the model's own config.json"
         )
-    found = _layer_count(document)
+    return _layer_count(document), None
+
+
+def decide_layers(
+    model_path: str, found: object, read_problem: str | None, configured: int | None
+) -> ModelLayers:
+    """The layer count from what config.json holds (``read_config_layers``) and the
+    policy's ``configured`` (lingbot_service_model_num_layers), which is used when
+    config.json has no layer count and must agree with it when it has one."""
+    path = os.path.join(model_path, "config.json")
+    if read_problem is not None:
+        return ModelLayers(None, "", read_problem)
     valid = isinstance(found, int) and not isinstance(found, bool) and found > 0
     if found is not None and not valid:
-        return (
+        return ModelLayers(
             None,
             "",
-            (
-                f"{path}: {LAYER_KEY} is {found!r}, not a positive integer; replace it with the "
-                "model's own config.json"
-            ),
+            f"{path}: {LAYER_KEY} is {found!r}, not a positive integer; replace it with the "
+            "model's own config.json",
         )
     if valid and configured is not None and configured != found:
-        return (
+        return ModelLayers(
             None,
             "",
-            (
-                f"{path} says {LAYER_KEY} {found} but {LAYERS_VARIABLE} is {configured}; unset "
-                f"{LAYERS_VARIABLE} (the model's config.json is the one to trust) or fix it"
-            ),
+            f"{path} says {LAYER_KEY} {found} but {LAYERS_VARIABLE} is {configured}; unset "
+            f"{LAYERS_VARIABLE} (the model's config.json is the one to trust) or fix it",
         )
     if valid:
-        return found, f"{path} ({LAYER_KEY})", None  # type: ignore[return-value]
+        return ModelLayers(found, f"{path} ({LAYER_KEY})", None)  # type: ignore[arg-type]
     if configured is not None:
-        return configured, LAYERS_VARIABLE, None
-    return (
+        return ModelLayers(configured, LAYERS_VARIABLE, None)
+    return ModelLayers(
         None,
         "",
-        (
-            f"{path} has no {LAYER_KEY} (nor text_config.{LAYER_KEY}), so the planner cannot "
-            f"spread the decoder layers over the GPUs; set {LAYERS_VARIABLE} to the model's "
-            "decoder layer count"
-        ),
+        f"{path} has no {LAYER_KEY} (nor text_config.{LAYER_KEY}), so the planner cannot "
+        f"spread the decoder layers over the GPUs; set {LAYERS_VARIABLE} to the model's "
+        "decoder layer count",
     )
+
+
+def model_layers(
+    root: str, model_path: str, configured: int | None
+) -> tuple[int | None, str, str | None]:
+    """(layer count, where it comes from, problem naming the file and the fix)."""
+    layers = decide_layers(model_path, *read_config_layers(root, model_path), configured)
+    return layers.count, layers.source, layers.problem
 
 
 def deployed_plan(root: str) -> tuple[dict[str, Any] | None, list[str]]:
@@ -134,6 +144,8 @@ class NodePlan:
     model_layers_source: str
     model_problem: str | None
     warnings: list[str] = field(default_factory=list)
+    # What the model's config.json held (read_config_layers), when the node was read.
+    config_layers: tuple[object, str | None] = (None, None)
 
     def refusal(self, fail_without_instances: bool) -> str | None:
         """Why the node must fail before anything is written; None when it may go on."""
@@ -150,15 +162,30 @@ class NodePlan:
         return None
 
 
-def plan_on_node(inputs: Mapping[str, Any], root: str, model_path: str) -> NodePlan:
+def plan_with(
+    inputs: Mapping[str, Any],
+    previous: Mapping[str, Any] | None,
+    layers: ModelLayers,
+    warnings: Sequence[str] = (),
+) -> NodePlan:
     """``build_plan`` from the controller's ``inputs`` (facts, probe, policy, findings), the
-    plan in force and the model's layer count on this node. Raises PlanInputError."""
+    plan in force and the model's layers: what the node and, from a receipt of what the node
+    held, the lingbot_service action plan with. Raises PlanInputError."""
     policy = dict(inputs.get("policy") or {})
-    count, source, problem = model_layers(root, model_path, policy.get("model_num_layers"))
-    if count is not None:
-        policy["model_num_layers"] = count
-    previous, warnings = deployed_plan(root)
+    if layers.count is not None:
+        policy["model_num_layers"] = layers.count
     plan = build_plan(
         inputs["facts"], inputs.get("probe"), policy, inputs.get("findings") or [], previous
     )
-    return NodePlan(plan, source, problem, warnings + finding_warnings(plan))
+    return NodePlan(plan, layers.source, layers.problem, [*warnings, *finding_warnings(plan)])
+
+
+def plan_on_node(inputs: Mapping[str, Any], root: str, model_path: str) -> NodePlan:
+    """``build_plan`` from the controller's ``inputs`` (facts, probe, policy, findings), the
+    plan in force and the model's layer count on this node. Raises PlanInputError."""
+    config_layers = read_config_layers(root, model_path)
+    configured = (inputs.get("policy") or {}).get("model_num_layers")
+    layers = decide_layers(model_path, *config_layers, configured)
+    previous, warnings = deployed_plan(root)
+    planned = plan_with(inputs, previous, layers, warnings)
+    return replace(planned, config_layers=config_layers)

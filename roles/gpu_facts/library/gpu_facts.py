@@ -65,9 +65,12 @@ options:
   receipts:
     description:
       - Also return the receipts modules left on the node (C(lingbot_fleet.receipts)) with
-        the stat signature of their paths and the state of their units now, as
-        C(ansible_facts.lingbot_receipts), so a role whose receipt stands (topo_monitor)
-        costs no module call.
+        the stat signature of their paths and the listings of their directories, the state
+        of their units and the readings they hold (C(boot_state), the digest of the files
+        the kernel command line is read from; C(lingbot_answers), whether each LingBot
+        instance answers C(GET /metrics)) now, as C(ansible_facts.lingbot_receipts), so
+        a role whose receipt stands (kernel_cmdline, lingbot_service, pcie_acs,
+        topo_monitor) costs no module call.
     type: bool
     default: false
   persistence_dropin_dir:
@@ -125,9 +128,14 @@ ansible_facts:
     lingbot_receipts:
       description:
         - With O(receipts) - role -> C(receipt) (the document the role's module wrote) and
-          C(current) (C(paths), each path's stat signature now; C(units), each unit's
-          LoadState, UnitFileState and ActiveState now; C(read_at_s), the node's clock).
+          C(current) (C(paths), each path's stat signature now; C(listings), each listed
+          directory's inode and mtime; C(units), each unit's LoadState, UnitFileState,
+          ActiveState, SubState, MainPID and InvocationID now; C(readings), each reading the
+          receipt holds, read now; C(read_at_s), the node's clock).
       type: dict
+    lingbot_boot_id:
+      description: This boot's id (C(/proc/sys/kernel/random/boot_id)); null when unreadable.
+      type: str
     lingbot_saved_probe:
       description:
         - The saved probe of O(saved_probe_dir) - C(save_dir), C(probe) (the document, null
@@ -153,6 +161,12 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.lingbot_fleet import receipts
+from ansible.module_utils.lingbot_fleet.bootfiles import (
+    BOOT_ID_FACT,
+    BOOT_STATE_READING,
+    boot_state_digest,
+    read_boot_id,
+)
 from ansible.module_utils.lingbot_fleet.facts import FACT_NAME, gather_facts
 from ansible.module_utils.lingbot_fleet.facts.nvml import find_pynvml
 from ansible.module_utils.lingbot_fleet.nodefiles import NodeChanges
@@ -168,6 +182,7 @@ from ansible.module_utils.lingbot_fleet.probe_saved import (
     SAVED_PROBE_FACT_NAME,
     saved_probe_fact,
 )
+from ansible.module_utils.lingbot_fleet.service_reading import ANSWERS_READING, answers
 
 
 def pynvml_in_venv(module: AnsibleModule, venv: str | None, sha1: str | None) -> bool | None:
@@ -250,8 +265,15 @@ def run_module() -> None:
         ansible_facts[STATE_FACT_NAME] = persistence_state(module)
     if params["receipts"]:
         ansible_facts[receipts.FACT_NAME] = receipts.read_receipts(
-            params["root"], lambda units: unit_states(module, units), time.time()
+            params["root"],
+            lambda units: unit_states(module, units),
+            time.time(),
+            {
+                BOOT_STATE_READING: lambda _recorded: boot_state_digest(params["root"]),
+                ANSWERS_READING: answers,
+            },
         )
+    ansible_facts[BOOT_ID_FACT] = read_boot_id(params["root"])
     module.exit_json(
         changed=False,
         ansible_facts=ansible_facts,

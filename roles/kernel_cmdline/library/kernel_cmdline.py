@@ -49,12 +49,19 @@ description:
     IOMMU groups' type, the NUMA node of NVIDIA GPUs) and fails with the evidence when
     the policy is not in effect.
   - C(reboot_required) compares the policy with C(/proc/cmdline), never with the grub
-    files. The state is also returned as facts (C(kernel_cmdline_*)).
+    files. The state is also returned as facts (C(kernel_cmdline_*)), with this boot's id
+    (C(lingbot_boot_id)).
+  - After a call that configured the node outside check mode, with O(receipt_digest), the
+    module leaves a receipt (C(/var/lib/lingbot-fleet/receipts/kernel_cmdline.json)) of
+    the digest of every boot file, C(/proc/cmdline) and the boot id, and of its result; the
+    action plugin answers a later run from it, without a call, while all of them are as
+    they were.
 version_added: "0.1.0"
 author:
   - lingbot-fleet maintainers (!UNKNOWN)
 extends_documentation_fragment:
   - lingbot_generation
+  - lingbot_receipt
 options:
   present:
     description:
@@ -266,6 +273,9 @@ ansible_facts:
       description: RV(running).
       type: list
       elements: str
+    lingbot_boot_id:
+      description: This boot's id (C(/proc/sys/kernel/random/boot_id)).
+      type: str
     lingbot_generation_pending:
       description: The run id, when a file was recorded into the run's generation.
       type: str
@@ -278,6 +288,12 @@ evidence:
     cmdline: "BOOT_IMAGE=/boot/vmlinuz ro iommu=pt"
     iommu_group_types: {"18": "identity"}
     gpus: [{"bdf": "0000:41:00.0", "numa_node": 0}]
+receipt:
+  description:
+    - C(written), C(unchanged), C(not written) with the reason, or C(stands) when the
+      action answered from the receipt without a call.
+  returned: when verify is false, outside check mode
+  type: str
 problems:
   description: In verify mode, each way the running kernel differs from the policy.
   returned: when verify is true
@@ -292,11 +308,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.lingbot_fleet import bootloader
+from ansible.module_utils.lingbot_fleet import bootloader, kernel_options, receipts
 from ansible.module_utils.lingbot_fleet.bootfiles import (
     BLS_ENTRIES_DIR,
+    BOOT_ID_FACT,
+    BOOT_STATE_READING,
     DEFAULT_GRUB_PATH,
     GRUB_D_DIR,
+    KERNEL_CMDLINE_PATH,
+    BootFileError,
+    boot_state_digest,
+    read_boot_id,
 )
 from ansible.module_utils.lingbot_fleet.cmdline import (
     CmdlinePolicy,
@@ -314,7 +336,6 @@ from ansible.module_utils.lingbot_fleet.cmdline import (
     strip_unwanted,
 )
 from ansible.module_utils.lingbot_fleet.grub import (
-    KERNEL_CMDLINE_PATH,
     GrubEditError,
     GrubFile,
     GrubParseError,
@@ -333,26 +354,12 @@ from ansible.module_utils.lingbot_fleet.grub import (
     sourcing_order,
 )
 from ansible.module_utils.lingbot_fleet.nodefiles import (
-    GENERATION_ARGUMENT_SPEC,
     NodeChanges,
     NodeFileError,
     run_command,
 )
 
-ARGUMENT_SPEC: dict[str, Any] = {
-    "present": {"type": "dict", "default": {}},
-    "absent": {"type": "list", "elements": "str", "default": []},
-    "iommu_vendor_switch": {"type": "bool", "default": False},
-    "bootloader": {"type": "str", "choices": ["auto", "grub_d", "grubby"], "default": "auto"},
-    "dropin_name": {"type": "str", "default": "lingbot-fleet"},
-    "update_bootloader": {"type": "bool", "default": True},
-    "backup_dir": {"type": "path", "default": "/var/lib/lingbot-fleet/backup"},
-    "root": {"type": "path", "default": "/"},
-    "verify": {"type": "bool", "default": False},
-    "verify_gpu_numa": {"type": "bool", "default": True},
-    "verify_against": {"type": "str", "choices": ["policy", "configuration"], "default": "policy"},
-    **GENERATION_ARGUMENT_SPEC,
-}
+ARGUMENT_SPEC = kernel_options.ARGUMENT_SPEC
 
 NVIDIA_VENDOR_ID = "0x10de"
 GRUBENV_PATHS = ("/boot/grub2/grubenv", "/boot/grub/grubenv")
@@ -951,8 +958,40 @@ def verify(params: dict[str, Any]) -> dict[str, Any]:
     result["ansible_facts"] = {
         "kernel_cmdline_reboot_required": False,
         "kernel_cmdline_running": running,
+        BOOT_ID_FACT: read_boot_id(root),
     }
     return result
+
+
+def drop_receipt(root: str) -> None:
+    try:
+        receipts.remove_receipt(kernel_options.RECEIPT_ROLE, root)
+    except OSError as error:
+        raise ModuleError(
+            f"cannot remove {receipts.receipt_path(kernel_options.RECEIPT_ROLE, root)} "
+            f"({error.strerror or error}); nothing was written"
+        ) from error
+
+
+def keep_receipt(params: dict[str, Any], result: dict[str, Any]) -> str:
+    """The receipt of what this call left configured (see the module's description). Only
+    a saving: a receipt that cannot be written costs the next run this call."""
+    if not params["receipt_digest"]:
+        return "none (no receipt_digest)"
+    root = params["root"]
+    try:
+        written = receipts.write_receipt(
+            kernel_options.RECEIPT_ROLE,
+            params["receipt_digest"],
+            [],
+            {},
+            root,
+            readings={BOOT_STATE_READING: boot_state_digest(root)},
+            data=kernel_options.receipt_data(result),
+        )
+    except (OSError, BootFileError) as error:
+        return f"not written: {error}"
+    return "written" if written else "unchanged"
 
 
 def run_module() -> None:
@@ -969,7 +1008,13 @@ def run_module() -> None:
                 params["root"],
                 backup_dir=None if params["generation_run_id"] else params["backup_dir"],
             )
+            if not module.check_mode:
+                # Only a call that ends configured writes it again (keep_receipt).
+                drop_receipt(params["root"])
             result = configure(params, changes, module.get_bin_path)
+            result["ansible_facts"][BOOT_ID_FACT] = read_boot_id(params["root"])
+            if not module.check_mode:
+                result["receipt"] = keep_receipt(params, result)
             if not module._diff:
                 result.pop("diff")
     except ModuleError as error:

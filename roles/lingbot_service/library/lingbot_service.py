@@ -50,8 +50,17 @@ description:
   - Every write goes through C(NodeChanges) (saved first into the run's generation when
     O(generation_run_id) is set). In check mode nothing is written, started or restarted;
     the result says what would be.
+  - With O(plan_inputs) and O(receipt_digest), a call that ends with every instance ready
+    leaves a receipt (C(/var/lib/lingbot-fleet/receipts/lingbot_service.json), see
+    C(lingbot_fleet.service_options)) - the stat signature of every file it manages, the
+    entries of the directories where instances show, each instance's main PID and
+    invocation id as it answered, plan.json and the model's layer count. A later run
+    whose action finds all of them as they were, and plans the plan in force from its
+    inputs, answers without a call. Any other call outside check mode (and a readiness
+    check that fails) removes the receipt first.
 extends_documentation_fragment:
   - lingbot_generation
+  - lingbot_receipt
 options:
   plan:
     description:
@@ -281,9 +290,16 @@ daemon_reload:
 readiness:
   description:
     - Instance -> C({ready, port, main_pid, waited_s}); empty in check mode (instances
-      that would change are not started yet).
+      that would change are not started yet). Answered from the receipt -
+      C({ready, port, main_pid, since}).
   returned: success
   type: dict
+receipt:
+  description:
+    - C(written), C(unchanged), C(not written) with the reason, or C(stands) when the
+      action answered from the receipt without a call.
+  returned: when a receipt was kept or answered from
+  type: str
 actions:
   description: One sentence per change made (or that would be).
   returned: always
@@ -312,16 +328,16 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.lingbot_fleet import lingbot_layout as layout
+from ansible.module_utils.lingbot_fleet import receipts, service_options
 from ansible.module_utils.lingbot_fleet import warmup as warm_up_program
 from ansible.module_utils.lingbot_fleet.lingbot_config import ConfigError, build_config, to_yaml
 from ansible.module_utils.lingbot_fleet.nodefiles import (
-    GENERATION_ARGUMENT_SPEC,
     NodeChanges,
     NodeFileError,
     run_command,
 )
 from ansible.module_utils.lingbot_fleet.plan import PlanInputError
-from ansible.module_utils.lingbot_fleet.plan.node import plan_on_node
+from ansible.module_utils.lingbot_fleet.plan.node import NodePlan, plan_on_node
 
 INSTANCE_KEYS = (
     "name",
@@ -340,7 +356,7 @@ FOREIGN_GRACE_S = 3.0
 REQUEST_TIMEOUT_S = 10.0
 CHAT_PATH = warm_up_program.CHAT_PATH
 METRICS_PATH = warm_up_program.METRICS_PATH
-METRIC_NAME = "lingbot_balancer_weight"
+METRIC_NAME = warm_up_program.READY_METRIC
 UNIT_PROPERTIES = (
     "Id",
     "LoadState",
@@ -838,43 +854,7 @@ def wait_ready(module: AnsibleModule, systemctl: str, instances: list[dict]) -> 
 
 # --- the module -----------------------------------------------------------------------------
 
-PLAN_INPUTS_SPEC = {
-    "facts": {"type": "dict", "required": True},
-    "probe": {"type": "dict"},
-    "policy": {"type": "dict", "default": {}},
-    "findings": {"type": "list", "elements": "dict", "default": []},
-}
-ARGUMENT_SPEC = {
-    "plan": {"type": "dict"},
-    "plan_inputs": {"type": "dict", "options": PLAN_INPUTS_SPEC},
-    "fail_without_instances": {"type": "bool", "default": True},
-    "readiness_only": {"type": "bool", "default": False},
-    "python": {"type": "path", "default": "/usr/bin/python3"},
-    "entry": {"type": "list", "elements": "str", "default": ["-m", "lingbot"]},
-    "pythonpath": {"type": "str", "default": ""},
-    "model_path": {"type": "path", "default": "/var/lib/lingbot/model"},
-    "numactl": {"type": "path", "default": "/usr/bin/numactl"},
-    "listen_host": {"type": "str", "default": layout.DEFAULT_HOST},
-    "extra_args": {"type": "list", "elements": "str", "default": []},
-    "user": {"type": "str", "default": "lingbot"},
-    "group": {"type": "str", "default": "lingbot"},
-    "device_groups": {"type": "list", "elements": "str", "default": ["video"]},
-    "api_key": {"type": "str", "default": "", "no_log": True},
-    "config_overrides": {"type": "dict", "default": {}},
-    "hardening": {"type": "bool", "default": True},
-    "restart_delay_s": {"type": "int", "default": 5},
-    "start_limit_burst": {"type": "int", "default": 5},
-    "start_limit_interval_s": {"type": "int", "default": 300},
-    "verify_units": {"type": "bool", "default": True},
-    "remove_stale_instances": {"type": "bool", "default": True},
-    "health_timeout_s": {"type": "int", "default": 60},
-    "health_host": {"type": "str", "default": "127.0.0.1"},
-    "warm_up": {"type": "bool", "default": True},
-    "journal_lines": {"type": "int", "default": 30},
-    "header": {"type": "str", "default": layout.MANAGED_HEADER},
-    "root": {"type": "path", "default": "/"},
-    **GENERATION_ARGUMENT_SPEC,
-}
+ARGUMENT_SPEC = service_options.ARGUMENT_SPEC
 
 
 def converge(module: AnsibleModule, changes: NodeChanges, instances: list[dict]) -> dict:
@@ -927,7 +907,7 @@ NO_CHANGES = {
 }
 
 
-def plan_here(module: AnsibleModule) -> dict:
+def plan_here(module: AnsibleModule) -> NodePlan:
     """The plan from O(plan_inputs) and this node; fails the module before any change."""
     params = module.params
     try:
@@ -941,15 +921,73 @@ def plan_here(module: AnsibleModule) -> dict:
     if refusal is not None:
         names = [instance["name"] for instance in plan["instances"]]
         module.fail_json(msg=refusal, instances=names, plan=plan, changed=False)
-    return {"plan": plan, "model_layers_source": planned.model_layers_source}
+    return planned
 
 
-def with_plan_fact(result: dict, planned: dict) -> dict:
+def receipt_states(systemctl: str, names: list[str]) -> dict[str, dict[str, str]]:
+    """receipts.UNIT_PROPERTIES of each instance, in one systemctl call."""
+    units = [layout.unit_name(name) for name in names]
+    properties = ",".join(("Id", *receipts.UNIT_PROPERTIES))
+    done = run_command([systemctl, "show", f"--property={properties}", "--", *units], check=False)
+    shown = parse_show(done.stdout)
+    return {name: shown.get(layout.unit_name(name), {}) for name in names}
+
+
+def keep_receipt(module: AnsibleModule, result: dict, config_layers: tuple) -> str:
+    """The receipt of what this call verified (lingbot_fleet.service_options), written once
+    every instance answered; only a saving: one that cannot be written costs the next run
+    this call."""
+    params = module.params
+    names = result["instances"]
+    systemctl = module.get_bin_path("systemctl", required=True)
+    states = receipt_states(systemctl, names)
+    for name in names:
+        seen = str(result["readiness"].get(name, {}).get("main_pid", ""))
+        if states[name].get("MainPID") != seen or not states[name].get("InvocationID"):
+            return f"not written: {layout.unit_name(name)} is not the process seen ready"
+    root = params["root"]
+    try:
+        with open(layout.on_root(root, layout.PLAN_PATH), encoding="utf-8") as handle:
+            plan_text = handle.read()
+        written = receipts.write_receipt(
+            service_options.RECEIPT_ROLE,
+            params["receipt_digest"],
+            service_options.managed_paths(params, names),
+            service_options.unit_requirements(states),
+            root,
+            listings=service_options.listed_dirs(root),
+            readings=service_options.answers_reading(params, result["readiness"]),
+            data=service_options.receipt_data(plan_text, config_layers),
+        )
+    except (OSError, UnicodeDecodeError) as error:
+        return f"not written: {error}"
+    return "written" if written else "unchanged"
+
+
+def drop_receipt(module: AnsibleModule) -> None:
+    """A call that converges, or a readiness check that fails, takes the receipt away
+    (outside check mode): only a call that ends with every instance ready writes one
+    again, so a failure is never answered from an older receipt."""
+    if not module.check_mode:
+        try:
+            receipts.remove_receipt(service_options.RECEIPT_ROLE, module.params["root"])
+        except OSError as error:
+            module.warn(f"cannot remove the receipt of {service_options.RECEIPT_ROLE}: {error}")
+
+
+def plan_fields(planned: NodePlan | None) -> dict:
+    """What the result says of the plan made here (nothing for a plan passed in)."""
+    if planned is None:
+        return {}
+    return {"plan": planned.plan, "model_layers_source": planned.model_layers_source}
+
+
+def with_plan_fact(result: dict, planned: NodePlan | None) -> dict:
     """``result`` with the plan made here and the fact lingbot_plan (beside the others)."""
-    if not planned:
+    if planned is None:
         return result
-    facts = {**result.get("ansible_facts", {}), "lingbot_plan": planned["plan"]}
-    return {**result, **planned, "ansible_facts": facts}
+    facts = {**result.get("ansible_facts", {}), "lingbot_plan": planned.plan}
+    return {**result, **plan_fields(planned), "ansible_facts": facts}
 
 
 def run_module() -> None:
@@ -960,14 +998,17 @@ def run_module() -> None:
         supports_check_mode=True,
     )
     params = module.params
-    planned = {}
+    planned = None
+    if not params["readiness_only"]:
+        drop_receipt(module)
     if params["plan_inputs"] is not None:
         planned = plan_here(module)
-        params["plan"] = planned["plan"]
+        params["plan"] = planned.plan
         if not params["plan"]["instances"]:
             # No instance and lingbot_service_fail_without_instances=false: left as it is.
             done = {"changed": False, "instances": [], "actions": [], **NO_CHANGES}
             module.exit_json(**with_plan_fact(done, planned))
+    made = plan_fields(planned)
     changes = NodeChanges.for_module(params, module.check_mode, params["root"])
     names: list[str] = []
     try:
@@ -980,12 +1021,16 @@ def run_module() -> None:
         else:
             result = converge(module, changes, instances)
     except ServiceError as error:
+        drop_receipt(module)
         module.fail_json(
-            msg=str(error), instances=names, **error.details, **changes.result(), **planned
+            msg=str(error), instances=names, **error.details, **changes.result(), **made
         )
     except (NodeFileError, layout.LayoutError) as error:
-        module.fail_json(msg=str(error), instances=names, **changes.result(), **planned)
-    module.exit_json(**with_plan_fact({"instances": names, **result, **changes.result()}, planned))
+        module.fail_json(msg=str(error), instances=names, **changes.result(), **made)
+    result = with_plan_fact({"instances": names, **result, **changes.result()}, planned)
+    if planned is not None and params["receipt_digest"] and not module.check_mode:
+        result["receipt"] = keep_receipt(module, result, planned.config_layers)
+    module.exit_json(**result)
 
 
 def main() -> None:

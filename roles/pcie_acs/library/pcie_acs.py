@@ -26,6 +26,7 @@ description:
     and the module fails when redirect is still on. In check mode nothing is written or run.
 extends_documentation_fragment:
   - lingbot_generation
+  - lingbot_receipt
 options:
   redirect_off_bridges:
     description: The switch downstream ports (PCI addresses, e.g. C(0000:18:00.0)).
@@ -158,7 +159,7 @@ def keep_receipt(params: dict, decision: acs.AcsDecision) -> str:
         )
         written = receipts.write_receipt(
             acs.RECEIPT_ROLE,
-            receipts.options_digest(options),
+            params["receipt_digest"] or receipts.options_digest(options),
             [acs.UNIT_PATH],
             {acs.UNIT_NAME: acs.UNIT_REQUIRED},
             root,
@@ -170,7 +171,12 @@ def keep_receipt(params: dict, decision: acs.AcsDecision) -> str:
 
 def run_module() -> None:
     module = AnsibleModule(
-        argument_spec={**acs.ARGUMENT_SPEC, **GENERATION_ARGUMENT_SPEC}, supports_check_mode=True
+        argument_spec={
+            **acs.ARGUMENT_SPEC,
+            **GENERATION_ARGUMENT_SPEC,
+            **receipts.RECEIPT_ARGUMENT_SPEC,
+        },
+        supports_check_mode=True,
     )
     params = module.params
     changes = NodeChanges.for_module(params, module.check_mode, params["root"])

@@ -30,6 +30,7 @@ description:
     restarts it when the timer unit changed.
 extends_documentation_fragment:
   - lingbot_generation
+  - lingbot_receipt
 options:
   app_path:
     description: Where the zipapp goes; also the command operators run.
@@ -199,7 +200,11 @@ from ansible.module_utils.lingbot_fleet.nodefiles import (
     run_command,
 )
 
-ARGUMENT_SPEC = {**INSTALL_ARGUMENT_SPEC, **GENERATION_ARGUMENT_SPEC}
+ARGUMENT_SPEC = {
+    **INSTALL_ARGUMENT_SPEC,
+    **GENERATION_ARGUMENT_SPEC,
+    **receipts.RECEIPT_ARGUMENT_SPEC,
+}
 
 
 class InstallError(Exception):
@@ -421,7 +426,7 @@ def install(module: AnsibleModule) -> dict:
         try:
             written = receipts.write_receipt(
                 RECEIPT_ROLE,
-                receipts.options_digest(receipt_options(params)),
+                params["receipt_digest"] or receipts.options_digest(receipt_options(params)),
                 [*managed_files(params), *want.directories, *params["obsolete_paths"]],
                 {TIMER_NAME: TIMER_REQUIRED},
             )

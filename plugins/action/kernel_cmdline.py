@@ -1,0 +1,55 @@
+"""Action plugin kernel_cmdline: answer from the node's receipt when the boot did not move.
+
+After a call that configured the node, the module leaves a receipt (``lingbot_fleet.
+kernel_options``): the digest of the options and code it ran with, the ``boot_state``
+reading (every boot file, /proc/cmdline, the boot id) and its result. gpu_facts, read first
+in the run, returns the receipt with the boot state now (``ansible_facts.lingbot_receipts``).
+When both agree (``lingbot_fleet.receipts.unchanged``), this plugin answers with that
+result, without a connection: the files it would read are the ones it left, in the same
+boot. Anything else (verify mode, a delegated or async task, no receipt, any file or the
+boot changed) runs the module, with the digest its receipt is to keep.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.plugins.action import ActionBase
+
+from lingbot_fleet import kernel_options
+from lingbot_fleet.ansible_data import controller_options
+from lingbot_fleet.receipt_action import (
+    execute,
+    module_path,
+    receipt_digest,
+    refuse_internal,
+    standing_receipt,
+)
+
+MODULE = "kernel_cmdline"
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        del tmp
+        task_vars = task_vars or {}
+        args = dict(self._task.args)
+        refuse_internal(args, MODULE, ("receipt_digest",))
+        params = controller_options(self._task, args, kernel_options.ARGUMENT_SPEC)
+        if params is not None and not params["verify"]:
+            args["receipt_digest"] = receipt_digest(
+                kernel_options.receipt_options(params), module_path(self, MODULE)
+            )
+            receipt = standing_receipt(
+                task_vars, kernel_options.RECEIPT_ROLE, args["receipt_digest"]
+            )
+            answer = kernel_options.receipt_answer(receipt, self._task.diff) if receipt else None
+            if answer is not None:
+                result.update(answer)
+                return result
+        result.update(execute(self, MODULE, args, task_vars))
+        return result
