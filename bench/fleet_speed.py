@@ -200,8 +200,8 @@ def profile(lab: Path, first_node: str) -> None:
         f"\nper-task profile of the no-op site.yml on {first_node} "
         f"(rc {run.rc}, changed {recap['changed']}, tasks {len(run.results(first_node))}):"
     )
-    for name, seconds, hosts in task_profile(run)[:25]:
-        print(f"  {seconds:6.2f} s  {name}" + (f"  ({hosts} hosts)" if hosts > 1 else ""))
+    for name, seconds, runs in task_profile(run)[:25]:
+        print(f"  {seconds:6.2f} s  {name}" + (f"  ({runs} runs)" if runs > 1 else ""))
 
 
 def main() -> None:

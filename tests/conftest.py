@@ -1,8 +1,9 @@
 """Shared test set-up: the repository's python/, lab/node and the helpers several suites
 use on sys.path: the planner's lab inputs (tests/plan/plan_support.py), a lab node's tree
 (tests/facts/facts_support.py), a module run in this process
-(tests/malformed/malformed_support.py) and the lab libraries' profile states
-(tests/native/native_support.py)."""
+(tests/malformed/malformed_support.py), the lab libraries' profile states
+(tests/native/native_support.py) and a playbook run on localhost
+(tests/service/service_support.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ for path in (
     TESTS / "facts",
     TESTS / "malformed",
     TESTS / "native",
+    TESTS / "service",
 ):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))

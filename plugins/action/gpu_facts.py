@@ -6,7 +6,9 @@ second task answers from the first reading, without a connection, when the readi
 in this run (``reuse_in_run``: the run id, ``generations_run_id``), with the same options,
 in the boot the host is in now: the newest boot id the run has seen
 (``ansible_facts.lingbot_boot_id``, which gpu_facts and kernel_cmdline return, so a reboot
-in between has the facts read again). Anything else runs the module.
+in between has the facts read again), unless that reading found the toolkit's venv without
+pynvml (the role installs it then; the next reading goes through NVML). Anything else runs
+the module.
 
 After a call, the plugin keeps the stamp of that reading as ``ansible_facts.
 lingbot_gpu_gathered`` (run id, options digest, boot id, and the module's pynvml answers,
@@ -30,7 +32,9 @@ RUN_OPTION = "reuse_in_run"
 
 
 def reading_stands(gathered: Any, run_id: Any, digest: str, boot_id: Any) -> bool:
-    """Whether a reading (its stamp) stands in for a new one: same run, options and boot."""
+    """Whether a reading (its stamp) stands in for a new one: same run, options and boot,
+    and not a reading that found the venv without pynvml (the role installs it then, and
+    the next reading is to go through NVML)."""
     return (
         isinstance(gathered, dict)
         and bool(run_id)
@@ -38,6 +42,7 @@ def reading_stands(gathered: Any, run_id: Any, digest: str, boot_id: Any) -> boo
         and gathered.get("options_digest") == digest
         and bool(boot_id)
         and gathered.get("boot_id") == boot_id
+        and gathered.get("pynvml_in_venv") is not False
     )
 
 

@@ -160,7 +160,8 @@ def run_playbook(
 
 
 def task_profile(run: PlaybookRun) -> list[tuple[str, float, int]]:
-    """(task, seconds summed over hosts, hosts that ran it), slowest first."""
+    """(task, seconds summed over its runs, how many runs), slowest first. A task name
+    runs once per host, and more than once where a role runs twice in a play."""
     totals: dict[str, list[float]] = {}
     for task in run.tasks:
         if task.outcome.startswith("item_"):

@@ -83,6 +83,25 @@ def has_open_generation(booted_lab, spec) -> bool:
     return bool(booted_lab.run(spec, f"ls {PENDING} 2>/dev/null", check=False).stdout.strip())
 
 
+# A module Ansible runs on the node (pipelining): `/bin/sh -c '<python> && sleep 0'`.
+MODULE_RUNNING = "pgrep -f 'python3[.0-9]* && sleep 0'"
+
+
+def settled(booted_lab, spec, timeout_s: float = 120) -> str:
+    """TOOLKIT_FILES once no module has run on the node for two readings a second apart
+    and the files did not move between them."""
+    deadline = time.monotonic() + timeout_s
+    previous = None
+    while time.monotonic() < deadline:
+        running = booted_lab.run(spec, MODULE_RUNNING, check=False).returncode == 0
+        files = None if running else booted_lab.run(spec, TOOLKIT_FILES).stdout
+        if files is not None and files == previous:
+            return files
+        previous = files
+        time.sleep(1)
+    raise AssertionError(f"{spec.name}: modules kept running for {timeout_s} s")
+
+
 def wait_for(predicate, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -232,10 +251,13 @@ def test_two_runs_at_once_on_one_node_one_refuses_and_nothing_is_lost(booted_lab
         "the first run taking the node's lock",
     )
     # The first run holds the node's lock and is still running (paused) while a second
-    # run wants to write: the second refuses, naming the first, and writes nothing.
+    # run wants to write: the second refuses, naming the first, and writes nothing. The
+    # pause stops the first run's controller, not a module it has already sent to the node
+    # (its SSH session may even start it a moment later): that one ends first, so what is
+    # on the node before the second run is all the first run wrote.
     os.killpg(first.pid, signal.SIGSTOP)
     try:
-        before_second = booted_lab.run(spec, TOOLKIT_FILES).stdout
+        before_second = settled(booted_lab, spec)
         second = run_playbook("site.yml", spec.name)
         assert second.rc != 0
         [refused] = second.failed_tasks(spec.name)

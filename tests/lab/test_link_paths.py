@@ -50,7 +50,8 @@ def test_a_narrow_switch_uplink_is_named_and_its_halved_bandwidth_found(booted_l
                 f"bring the link switch upstream {UPLINK} - root port 0000:40:01.1 back to x16"
             )
         # Each GPU's own link is Gen4 x16 and passes every per-GPU check.
-        facts = done.results(spec.name, action="gpu_facts")[-1]
+        readings = done.results(spec.name, action="gpu_facts")
+        facts = [r for r in readings if "ansible_facts" in r.result][-1]
         gpus = facts.result["ansible_facts"]["lingbot_gpu"]["gpus"]
         assert [(g["pcie"]["current_width"], g["pcie"]["max_gen"]) for g in gpus] == [(16, 4)] * 2
     finally:

@@ -191,6 +191,87 @@ def test_a_converged_node_is_answered_from_one_reading_and_drift_is_still_put_ba
     assert monitor.result["receipt"] == "stands"
 
 
+MAIN_PID = "systemctl show -p MainPID --value lingbot@main.service"
+WAIT_ACTIVE = (
+    "for i in $(seq 100); do systemctl is-active -q lingbot@main.service && "
+    '[ "$(systemctl show -p MainPID --value lingbot@main.service)" != {old} ] && exit 0; '
+    "sleep 0.2; done; exit 1"
+)
+
+
+def remote_calls(run, host: str) -> list[str]:
+    """The tasks of the run that called a module on the host: every task that ran, less
+    the ones answered on the controller (a receipt that stands, a reading reused, the
+    nvidia_persistence answer from gpu_facts' reading, the saved probe, link checks, the
+    controller's own actions)."""
+    controller = ("set_fact", "lingbot_policy_check", "gpu_link_check", "fail", "include_tasks")
+    calls = []
+    for task in run.results(host):
+        result = task.result
+        answered = (
+            task.outcome == "skipped"
+            or task.action.rsplit(".", 1)[-1] in controller
+            or result.get("receipt") == "stands"
+            or result.get("reused") is True
+            or "no module call" in " ".join(result.get("notes") or [])
+            or "reused the probe" in str(result.get("msg", ""))
+            or "arg spec validation" in str(result.get("msg", ""))
+        )
+        if not answered:
+            calls.append(task.task)
+    return calls
+
+
+def test_a_converged_node_costs_one_call_and_a_crashed_or_hung_lingbot_is_checked_again(
+    booted_lab,
+):
+    """A converged node: one module call (gpu_facts), every other role answered from what
+    it read. LingBot killed (systemd restarts it): its module runs and checks it ready.
+    LingBot stopped with SIGSTOP (same process, no answer): gpu_facts' reading sees it, the
+    module runs and the node fails with the journal, never answered from the receipt."""
+    spec = booted_lab.node("a6000-phb")
+    assert run_playbook("site.yml", spec.name).rc == 0
+    converged = run_playbook("site.yml", spec.name)
+    assert converged.rc == 0, converged.stdout[-4000:]
+    assert recap(converged, spec.name)["changed"] == 0
+    assert remote_calls(converged, spec.name) == ["Gather the GPU facts in one call"]
+    for action in ("kernel_cmdline", "lingbot_service", "topo_monitor_install"):
+        [answered] = converged.results(spec.name, action=action)
+        assert answered.result["receipt"] == "stands", action
+    [service] = converged.results(spec.name, action="lingbot_service")
+    assert service.result["readiness"]["main"]["ready"] is True
+
+    # A crash: systemd starts a new process; the module checks it as it checks a start.
+    old = booted_lab.run(spec, MAIN_PID).stdout.strip()
+    booted_lab.run(spec, f"kill -KILL {old}")
+    booted_lab.run(spec, WAIT_ACTIVE.format(old=old), timeout=60)
+    crashed = run_playbook("site.yml", spec.name)
+    assert crashed.rc == 0, crashed.stdout[-4000:]
+    assert recap(crashed, spec.name)["changed"] == 0
+    [service] = crashed.results(spec.name, action="lingbot_service")
+    assert service.result["receipt"] == "written"
+    assert "waited_s" in service.result["readiness"]["main"]
+    assert service.result["readiness"]["main"]["main_pid"] != int(old)
+
+    # A hang: the same process, active, listening, and not answering.
+    pid = booted_lab.run(spec, MAIN_PID).stdout.strip()
+    booted_lab.run(spec, f"kill -STOP {pid}")
+    try:
+        hung = run_playbook("site.yml", spec.name)
+    finally:
+        booted_lab.run(spec, f"kill -CONT {pid}")
+    assert hung.rc != 0
+    [failure] = hung.failed_tasks(spec.name)
+    assert failure.action.endswith("lingbot_service")
+    assert "lingbot@main.service is not ready on port" in failure.result["msg"]
+    assert failure.result["journal"]
+    again = run_playbook("site.yml", spec.name)
+    assert again.rc == 0, again.stdout[-4000:]
+    [service] = again.results(spec.name, action="lingbot_service")
+    assert service.result["receipt"] == "written"
+    assert service.result["readiness"]["main"]["main_pid"] == int(pid)
+
+
 # Restart one instance as an operator (or a reboot) would, then time what its first
 # clients see: ten 128-word chat completions, one after another.
 FIRST_REQUESTS = r"""
