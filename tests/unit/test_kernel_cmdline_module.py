@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from service_support import run_playbook
 
 import lingbot_fleet
 import lingbot_fleet.cmdline
@@ -940,64 +941,37 @@ def test_a_call_without_a_digest_writes_no_receipt(tmp_path: Path) -> None:
     assert not (node.root / RECEIPT).exists()
 
 
-READ_THEN_CONFIGURE = """
-- hosts: localhost
-  connection: local
-  gather_facts: false
-  tasks:
-    - name: Read the node
-      gpu_facts:
-        root: "{root}"
-        nvml: "off"
-        nvidia_smi: /nonexistent/nvidia-smi
-        receipts: true
-    - name: Configure the kernel command line
-      kernel_cmdline:
-        present: {{iommu: pt}}
-        absent: [pci=noacpi]
-        root: "{root}"
-        update_bootloader: false
-        backup_dir: /var/backup
-      register: configured
-    - name: Keep the result
-      ansible.builtin.copy:
-        content: "{{{{ configured | to_json }}}}"
-        dest: "{out}"
-        mode: "0644"
-"""
-
-
 def run_playbook_on(node: Node) -> dict[str, Any]:
-    out = node.root.parent / "result.json"
-    playbook = node.root.parent / "play.yml"
-    playbook.write_text(READ_THEN_CONFIGURE.format(root=node.root, out=out))
-    env = dict(os.environ)
-    env.update(
+    """gpu_facts (with the receipts) then kernel_cmdline on the node, through real Ansible
+    and both action plugins; kernel_cmdline's result."""
+    tasks = [
         {
-            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-            "ANSIBLE_LIBRARY": f"{LIBRARY}:{REPO / 'roles/gpu_facts/library'}",
-            "ANSIBLE_LOCAL_TEMP": str(node.root.parent / "ansible-tmp"),
-            "ANSIBLE_HOME": str(node.root.parent / "ansible-home"),
-        }
-    )
-    done = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "-i",
-            "localhost,",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            str(playbook),
-        ],
-        check=False,
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return json.loads(out.read_text())
+            "name": "Read the node",
+            "gpu_facts": {
+                "root": str(node.root),
+                "nvml": "off",
+                "nvidia_smi": "/nonexistent/nvidia-smi",
+                "receipts": True,
+            },
+        },
+        {
+            "name": "Configure the kernel command line",
+            "kernel_cmdline": {
+                "present": {"iommu": "pt"},
+                "absent": ["pci=noacpi"],
+                "root": str(node.root),
+                "update_bootloader": False,
+                "backup_dir": "/var/backup",
+            },
+        },
+    ]
+    library = [LIBRARY, REPO / "roles" / "gpu_facts" / "library"]
+    workdir = node.root.parent / "run"
+    workdir.mkdir(exist_ok=True)
+    done = run_playbook(workdir, tasks, library=library)
+    assert done.rc == 0, done.stdout[-3000:]
+    [configured] = done.results("localhost", action="kernel_cmdline")
+    return configured.result
 
 
 def test_real_ansible_answers_a_converged_node_from_its_receipt(tmp_path: Path) -> None:
