@@ -18,13 +18,7 @@ from ansible.plugins.action import ActionBase
 
 from lingbot_fleet import kernel_options
 from lingbot_fleet.ansible_data import controller_options
-from lingbot_fleet.receipt_action import (
-    execute,
-    module_path,
-    receipt_digest,
-    refuse_internal,
-    standing_receipt,
-)
+from lingbot_fleet.receipt_action import execute, refuse_internal, standing_receipt
 
 MODULE = "kernel_cmdline"
 
@@ -41,11 +35,9 @@ class ActionModule(ActionBase):
         refuse_internal(args, MODULE, ("receipt_digest",))
         params = controller_options(self._task, args, kernel_options.ARGUMENT_SPEC)
         if params is not None and not params["verify"]:
-            args["receipt_digest"] = receipt_digest(
-                kernel_options.receipt_options(params), module_path(self, MODULE)
-            )
+            options = kernel_options.receipt_options(params)
             receipt = standing_receipt(
-                task_vars, kernel_options.RECEIPT_ROLE, args["receipt_digest"]
+                self, MODULE, kernel_options.RECEIPT_ROLE, options, args=args, task_vars=task_vars
             )
             answer = kernel_options.receipt_answer(receipt, self._task.diff) if receipt else None
             if answer is not None:

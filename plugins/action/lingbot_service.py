@@ -25,13 +25,7 @@ from ansible.plugins.action import ActionBase
 from lingbot_fleet import service_options
 from lingbot_fleet.ansible_data import controller_options
 from lingbot_fleet.plan_gather import PlanGatherError, gather_plan_inputs
-from lingbot_fleet.receipt_action import (
-    execute,
-    module_path,
-    receipt_digest,
-    refuse_internal,
-    standing_receipt,
-)
+from lingbot_fleet.receipt_action import execute, refuse_internal, standing_receipt
 from lingbot_fleet.role_dirs import RolesNotFoundError, roles_dir
 
 MODULE = "lingbot_service"
@@ -51,10 +45,10 @@ class ActionModule(ActionBase):
         if params is None or params["readiness_only"]:
             return None
         params["plan_inputs"] = args["plan_inputs"]
-        args["receipt_digest"] = receipt_digest(
-            service_options.receipt_options(params), module_path(self, MODULE)
+        options = service_options.receipt_options(params)
+        receipt = standing_receipt(
+            self, MODULE, service_options.RECEIPT_ROLE, options, args=args, task_vars=task_vars
         )
-        receipt = standing_receipt(task_vars, service_options.RECEIPT_ROLE, args["receipt_digest"])
         if receipt is None:
             return None
         return service_options.receipt_answer(params, receipt, self._task.diff)

@@ -17,13 +17,7 @@ from ansible.plugins.action import ActionBase
 
 from lingbot_fleet import acs
 from lingbot_fleet.ansible_data import controller_options
-from lingbot_fleet.receipt_action import (
-    execute,
-    module_path,
-    receipt_digest,
-    refuse_internal,
-    standing_receipt,
-)
+from lingbot_fleet.receipt_action import execute, refuse_internal, standing_receipt
 
 MODULE = "pcie_acs"
 
@@ -43,15 +37,16 @@ class ActionModule(ActionBase):
         options = acs.receipt_options(
             params["redirect_off_bridges"], params["allow_translating_iommu"], params["setpci"]
         )
-        digest = receipt_digest(options, module_path(self, MODULE))
-        args["receipt_digest"] = digest
+        receipt = standing_receipt(
+            self, MODULE, acs.RECEIPT_ROLE, options, args=args, task_vars=task_vars
+        )
         try:
             moved = acs.facts_agree(
                 params["redirect_off_bridges"], params["facts"], params["allow_translating_iommu"]
             )
         except acs.AcsError:
             return None  # the module fails with its own message
-        if moved or standing_receipt(task_vars, acs.RECEIPT_ROLE, digest) is None:
+        if moved or receipt is None:
             return None
         return {
             "changed": False,

@@ -33,12 +33,7 @@ from lingbot_fleet.monitor.install_options import (
     managed_files,
     receipt_options,
 )
-from lingbot_fleet.receipt_action import (
-    module_path,
-    receipt_digest,
-    refuse_internal,
-    standing_receipt,
-)
+from lingbot_fleet.receipt_action import refuse_internal, standing_receipt
 
 MODULE = "topo_monitor_install"
 REMOTE_NAME = "lingbot-fleet-monitor.pyz"
@@ -64,9 +59,11 @@ class ActionModule(ActionBase):
         params = controller_options(self._task, args, INSTALL_ARGUMENT_SPEC)
         if params is None:
             return None
-        digest = receipt_digest(receipt_options(params), module_path(self, MODULE))
-        args["receipt_digest"] = digest
-        if standing_receipt(task_vars, RECEIPT_ROLE, digest) is None:
+        options = receipt_options(params)
+        receipt = standing_receipt(
+            self, MODULE, RECEIPT_ROLE, options, args=args, task_vars=task_vars
+        )
+        if receipt is None:
             return None
         return {
             "changed": False,

@@ -68,15 +68,16 @@ def boot_file_paths(root: str = "/") -> list[str]:
     return paths
 
 
-def read_boot_files(root: str = "/") -> dict[str, str]:
-    """{node path: text} of the boot files that read as files (through links, as grub
-    and the node follow them); a missing one, or a link to nothing, is left out.
+def read_boot_files(root: str = "/", extra_paths: tuple[str, ...] = ()) -> dict[str, str]:
+    """{node path: text} of the boot files (and of ``extra_paths``) that read as files
+    (through links, as grub and the node follow them); a missing one, or a link to nothing,
+    is left out.
 
     Newlines are kept as they are (CRLF included); undecodable bytes become U+FFFD.
     Raises BootFileError for a file that exists but cannot be read, or is too large.
     """
     files = {}
-    for path in boot_file_paths(root):
+    for path in (*boot_file_paths(root), *extra_paths):
         real = _on_root(root, path)
         try:
             with open(real, encoding="utf-8", errors="replace", newline="") as handle:
@@ -120,18 +121,10 @@ def read_boot_id(root: str = "/") -> str | None:
 
 
 def boot_state_digest(root: str = "/") -> str:
-    """sha256 of the boot files' text (``read_boot_files``), of BOOT_STATE_EXTRA_PATHS and
-    of which of them exist: equal digests mean the same kernel command line is running and
-    configured, in the same boot. Raises BootFileError or OSError when a file cannot be read.
-    """
-    files = read_boot_files(root)
-    for path in BOOT_STATE_EXTRA_PATHS:
-        try:
-            with open(
-                _on_root(root, path), encoding="utf-8", errors="replace", newline=""
-            ) as handle:
-                files[path] = handle.read(MAX_BOOT_FILE_BYTES + 1)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
+    """sha256 of the text of the boot files and of BOOT_STATE_EXTRA_PATHS, and of which of
+    them exist (``read_boot_files``): equal digests mean the same kernel command line is
+    running and configured, in the same boot. Raises BootFileError when a file cannot be
+    read."""
+    files = read_boot_files(root, BOOT_STATE_EXTRA_PATHS)
     text = json.dumps(files, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

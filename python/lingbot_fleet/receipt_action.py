@@ -52,15 +52,22 @@ def receipt_digest(options: Mapping[str, Any], module_file: str | None) -> str:
     return receipts.options_digest(parts)
 
 
-def receipt_entry(task_vars: Mapping[str, Any], role: str) -> Any:
-    """The role's receipt as gpu_facts read it this run (``ansible_facts.lingbot_receipts``)."""
+def standing_receipt(
+    action: Any,
+    module: str,
+    role: str,
+    options: Mapping[str, Any],
+    *,
+    args: dict[str, Any],
+    task_vars: Mapping[str, Any],
+) -> dict | None:
+    """Set ``args["receipt_digest"]`` (``receipt_digest`` of the options and of the code of
+    ``module``); the role's receipt document when, as gpu_facts read it this run
+    (``ansible_facts.lingbot_receipts``), it stands for that digest, else None."""
+    digest = receipt_digest(options, module_path(action, module))
+    args["receipt_digest"] = digest
     found = (task_vars.get("ansible_facts") or {}).get(receipts.FACT_NAME) or {}
-    return plain_data(found.get(role))
-
-
-def standing_receipt(task_vars: Mapping[str, Any], role: str, digest: str) -> dict | None:
-    """The role's receipt document when it stands for ``digest`` (nothing moved), else None."""
-    entry = receipt_entry(task_vars, role)
+    entry = plain_data(found.get(role))
     if receipts.unchanged(entry, digest, time.time()) is not None:
         return None
     return entry["receipt"]

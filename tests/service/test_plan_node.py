@@ -13,6 +13,13 @@ MODEL = "/srv/model"
 CONFIG = f"{MODEL}/config.json"
 
 
+def model_layers(root: str, model_path: str, configured: int | None) -> tuple:
+    """(count, source, problem) as the node decides them from its config.json."""
+    found, problem = plan_node.read_config_layers(root, model_path)
+    layers = plan_node.decide_layers(model_path, found, problem, configured)
+    return layers.count, layers.source, layers.problem
+
+
 def write_model(root: Path, text: str) -> None:
     path = root / MODEL.lstrip("/")
     path.mkdir(parents=True, exist_ok=True)
@@ -21,7 +28,7 @@ def write_model(root: Path, text: str) -> None:
 
 def test_layer_count_from_config_json(tmp_path: Path) -> None:
     write_model(tmp_path, '{"num_hidden_layers": 32}')
-    assert plan_node.model_layers(str(tmp_path), MODEL, None) == (
+    assert model_layers(str(tmp_path), MODEL, None) == (
         32,
         f"{CONFIG} (num_hidden_layers)",
         None,
@@ -30,18 +37,18 @@ def test_layer_count_from_config_json(tmp_path: Path) -> None:
 
 def test_layer_count_from_text_config(tmp_path: Path) -> None:
     write_model(tmp_path, '{"text_config": {"num_hidden_layers": 40}}')
-    assert plan_node.model_layers(str(tmp_path), MODEL, None)[0] == 40
+    assert model_layers(str(tmp_path), MODEL, None)[0] == 40
 
 
 def test_the_inventory_value_is_the_fallback_and_must_agree(tmp_path: Path) -> None:
     write_model(tmp_path, '{"model_type": "x"}')
-    assert plan_node.model_layers(str(tmp_path), MODEL, 12) == (
+    assert model_layers(str(tmp_path), MODEL, 12) == (
         12,
         "lingbot_service_model_num_layers",
         None,
     )
     write_model(tmp_path, '{"num_hidden_layers": 32}')
-    assert plan_node.model_layers(str(tmp_path), MODEL, 12) == (
+    assert model_layers(str(tmp_path), MODEL, 12) == (
         None,
         "",
         f"{CONFIG} says num_hidden_layers 32 but lingbot_service_model_num_layers is 12; unset "
@@ -82,7 +89,7 @@ def test_a_model_without_a_usable_layer_count_names_the_file_and_the_fix(
 ) -> None:
     if text is not None:
         write_model(tmp_path, text)
-    assert plan_node.model_layers(str(tmp_path), MODEL, None) == (None, "", problem)
+    assert model_layers(str(tmp_path), MODEL, None) == (None, "", problem)
 
 
 def test_deployed_plan_is_read_and_a_broken_one_is_a_warning(tmp_path: Path) -> None:

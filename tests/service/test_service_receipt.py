@@ -16,6 +16,7 @@ from module_support import SERVICE, FakeSystemd, node_arguments, run
 from lingbot_fleet import lingbot_layout as layout
 from lingbot_fleet import receipts, service_options
 from lingbot_fleet.ansible_data import controller_options
+from lingbot_fleet.receipt_action import receipt_digest
 from lingbot_fleet.service_reading import ANSWERS_READING
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="writes root-owned files")
@@ -215,13 +216,17 @@ def test_a_plan_the_module_would_refuse_is_not_answered_from_the_receipt(
     systemd = converge(node, monkeypatch, plan_inputs=inputs)
     # config.json says 32 layers; a policy saying 40 is refused by the module.
     assert answer(node, systemd, plan_inputs=inputs_of("a6000-phb", model_num_layers=40)) is None
-    # An option that decides the files (another listen address): the digest moves.
-    entry = reading(node, systemd)
-    params = action_params({**node, "plan_inputs": inputs, "listen_host": "127.0.0.1"})
-    assert service_options.receipt_options(params) != service_options.receipt_options(
-        action_params({**node, "plan_inputs": inputs})
+
+    # An option that decides the files (another listen address) moves the digest the
+    # action computes; the plan's inputs and where files are saved do not.
+    def digest(**extra: Any) -> str:
+        params = action_params({**node, "plan_inputs": inputs, **extra})
+        return receipt_digest(service_options.receipt_options(params), None)
+
+    assert digest(listen_host="127.0.0.1") != digest()
+    assert digest(plan_inputs=inputs_of("h100-sxm-nvswitch"), generation_run_id="run-9") == (
+        digest()
     )
-    assert entry["receipt"]["options_digest"] == DIGEST
 
 
 def test_a_failed_readiness_check_removes_the_receipt(

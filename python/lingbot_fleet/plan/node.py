@@ -103,14 +103,6 @@ def decide_layers(
     )
 
 
-def model_layers(
-    root: str, model_path: str, configured: int | None
-) -> tuple[int | None, str, str | None]:
-    """(layer count, where it comes from, problem naming the file and the fix)."""
-    layers = decide_layers(model_path, *read_config_layers(root, model_path), configured)
-    return layers.count, layers.source, layers.problem
-
-
 def deployed_plan(root: str) -> tuple[dict[str, Any] | None, list[str]]:
     """(the plan in force or None, warnings): an unreadable plan.json is a warning."""
     try:

@@ -62,6 +62,13 @@ options:
         (C(ansible_facts.lingbot_persistence_state), from the same code in check mode), so
         a node that needs nothing costs that role no module call.
     type: str
+  reuse_in_run:
+    description:
+      - The run's id (C(generations_run_id)). Read by the gpu_facts action plugin, never
+        passed to the node - a second task of the same run, with the same options, while
+        the node is in the boot of the first reading (C(lingbot_boot_id)), answers from that
+        reading without a call; see C(lingbot_gpu_gathered) below.
+    type: str
   receipts:
     description:
       - Also return the receipts modules left on the node (C(lingbot_fleet.receipts)) with
@@ -136,6 +143,11 @@ ansible_facts:
     lingbot_boot_id:
       description: This boot's id (C(/proc/sys/kernel/random/boot_id)); null when unreadable.
       type: str
+    lingbot_gpu_gathered:
+      description:
+        - With O(reuse_in_run), set by the action plugin - the stamp of this reading
+          (C(run_id), C(options_digest), C(boot_id), C(pynvml_path), C(pynvml_in_venv)).
+      type: dict
     lingbot_saved_probe:
       description:
         - The saved probe of O(saved_probe_dir) - C(save_dir), C(probe) (the document, null
@@ -146,6 +158,12 @@ pynvml_path:
   description: The pynvml file NVML is (or would be) read through; null when none is importable.
   returned: always
   type: str
+reused:
+  description:
+    - True when the action plugin answered from a reading made earlier in the run (no call);
+      C(pynvml_path) and C(pynvml_in_venv) are then that reading's.
+  returned: when the reading was reused
+  type: bool
 pynvml_in_venv:
   description:
     - Whether O(pynvml_venv) holds pynvml.py (with O(pynvml_sha1) - that very file); null
@@ -242,6 +260,8 @@ def run_module() -> None:
             "pynvml_sha1": {"type": "str"},
             "saved_probe_dir": {"type": "path", "default": DEFAULT_SAVE_DIR},
             "receipts": {"type": "bool", "default": False},
+            # Taken by the action plugin (reuse within a run); documented, never sent.
+            "reuse_in_run": {"type": "str"},
             "persistence_unit": {"type": "str"},
             "persistence_dropin_dir": {"type": "path", "default": DEFAULT_DROPIN_DIR},
             "persistence_uvm_at_boot": {"type": "bool", "default": True},

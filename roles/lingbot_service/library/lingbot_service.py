@@ -54,9 +54,10 @@ description:
     leaves a receipt (C(/var/lib/lingbot-fleet/receipts/lingbot_service.json), see
     C(lingbot_fleet.service_options)) - the stat signature of every file it manages, the
     entries of the directories where instances show, each instance's main PID and
-    invocation id as it answered, plan.json and the model's layer count. A later run
-    whose action finds all of them as they were, and plans the plan in force from its
-    inputs, answers without a call. Any other call outside check mode (and a readiness
+    invocation id as it answered, its address (gpu_facts sends it C(GET /metrics) on every
+    later run), plan.json and the model's layer count. A later run whose action finds all
+    of them as they were, every instance still answering, and plans the plan in force from
+    its inputs, answers without a call. Any other call outside check mode (and a readiness
     check that fails) removes the receipt first.
 extends_documentation_fragment:
   - lingbot_generation
@@ -364,6 +365,7 @@ UNIT_PROPERTIES = (
     "SubState",
     "UnitFileState",
     "MainPID",
+    "InvocationID",
     "Result",
     "ControlGroup",
 )
@@ -924,15 +926,6 @@ def plan_here(module: AnsibleModule) -> NodePlan:
     return planned
 
 
-def receipt_states(systemctl: str, names: list[str]) -> dict[str, dict[str, str]]:
-    """receipts.UNIT_PROPERTIES of each instance, in one systemctl call."""
-    units = [layout.unit_name(name) for name in names]
-    properties = ",".join(("Id", *receipts.UNIT_PROPERTIES))
-    done = run_command([systemctl, "show", f"--property={properties}", "--", *units], check=False)
-    shown = parse_show(done.stdout)
-    return {name: shown.get(layout.unit_name(name), {}) for name in names}
-
-
 def keep_receipt(module: AnsibleModule, result: dict, config_layers: tuple) -> str:
     """The receipt of what this call verified (lingbot_fleet.service_options), written once
     every instance answered; only a saving: one that cannot be written costs the next run
@@ -940,7 +933,7 @@ def keep_receipt(module: AnsibleModule, result: dict, config_layers: tuple) -> s
     params = module.params
     names = result["instances"]
     systemctl = module.get_bin_path("systemctl", required=True)
-    states = receipt_states(systemctl, names)
+    states = unit_states(systemctl, names)
     for name in names:
         seen = str(result["readiness"].get(name, {}).get("main_pid", ""))
         if states[name].get("MainPID") != seen or not states[name].get("InvocationID"):
