@@ -1,9 +1,11 @@
 """Action plugin: the rollout summary, per node: batch, gate outcome, evidence, rollback.
 
-Runs on the controller (no connection to the node). Reads each host's
+Runs on the controller (no connection to the node). Reads each host's facts
 `rollout_gate_result` and `rollout_gate_reached` from hostvars for every host of the batch
 plan: a host without a result was not reached, or, when its change play had started, lost
-(unreachable). Returns `rows`, `lines`, `stopped_after_batch` and `lost`.
+(unreachable). Without ``batch_plan``, the plan is the first `rollout_gate_batch_plan`
+among ``hosts`` (the last play runs on localhost); none there (the first play stopped
+before it was made): skipped. Returns `rows`, `lines`, `stopped_after_batch` and `lost`.
 """
 
 from __future__ import annotations
@@ -11,10 +13,18 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 
 from lingbot_fleet.ansible_data import plain_data
+from lingbot_fleet.rollout.outcome import batch_plan_of_hosts
 from lingbot_fleet.rollout.summary import summarize
 
 RESULT_VARIABLE = "rollout_gate_result"
 REACHED_VARIABLE = "rollout_gate_reached"
+PLAN_VARIABLE = "rollout_gate_batch_plan"
+
+
+def _fact(host_vars, name):
+    """A fact set by an action of this role (in ansible_facts; also a variable)."""
+    facts = host_vars.get("ansible_facts") or {}
+    return facts.get(name) if name in facts else host_vars.get(name)
 
 
 class ActionModule(ActionBase):
@@ -25,7 +35,19 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         result["changed"] = False
         task_vars = task_vars or {}
+        hostvars = task_vars.get("hostvars") or {}
         plan = plain_data(self._task.args.get("batch_plan"))
+        if plan is None:
+            hosts = plain_data(self._task.args.get("hosts") or [])
+            plan = batch_plan_of_hosts(
+                plain_data(self._templar.template(_fact(hostvars.get(host) or {}, PLAN_VARIABLE)))
+                for host in hosts
+            )
+            if plan is None:
+                result.update(
+                    skipped=True, msg="no batch plan: the rollout stopped before one was made"
+                )
+                return result
         if not isinstance(plan, dict) or not isinstance(plan.get("batches"), list):
             result["failed"] = True
             result["msg"] = (
@@ -33,15 +55,14 @@ class ActionModule(ActionBase):
                 "playbooks/rollout.yml (tasks_from: validate of role rollout_gate)"
             )
             return result
-        hostvars = task_vars.get("hostvars") or {}
         results = {}
         reached = set()
         for batch in plan["batches"]:
             for host in batch:
                 host_vars = hostvars.get(host) or {}
-                value = host_vars.get(RESULT_VARIABLE)
+                value = _fact(host_vars, RESULT_VARIABLE)
                 results[host] = plain_data(self._templar.template(value)) if value else None
-                if host_vars.get(REACHED_VARIABLE):
+                if _fact(host_vars, REACHED_VARIABLE):
                     reached.add(host)
         summary = summarize(plan, results, reached)
         result.update(summary)
