@@ -1,10 +1,10 @@
 """Action plugin: check the rollout's batch list and compute the batches Ansible will run.
 
 Runs on the controller (no connection to the node). Checks ``max_fail_percentage`` (the
-change play's) and returns `batch_plan` (spec, sizes, batches, batch_of;
-python/lingbot_fleet/rollout/) for the hosts given, in their order, also as the fact
-``rollout_gate_batch_plan`` (run once, every host of the play gets it), or fails naming
-the bad item and the fix.
+change play's) and returns the batch plan (spec, sizes, batches, batch_of;
+python/lingbot_fleet/rollout/) for the hosts given, in their order, which the role
+registers as ``rollout_gate_batch_plan`` (run once: every host of the play gets it), or
+fails naming the bad item and the fix.
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ from ansible.plugins.action import ActionBase
 from lingbot_fleet.ansible_data import plain_data
 from lingbot_fleet.rollout.batches import BatchSpecError, batch_plan
 from lingbot_fleet.rollout.outcome import max_fail_percentage_problem
-
-PLAN_FACT = "rollout_gate_batch_plan"
 
 
 class ActionModule(ActionBase):
@@ -39,8 +37,7 @@ class ActionModule(ActionBase):
             result["failed"] = True
             result["msg"] = f"{error} (set it with -e rollout_batches=...; playbooks/rollout.yml)"
             return result
-        result["batch_plan"] = plan
-        result["ansible_facts"] = {PLAN_FACT: plan}
+        result.update(plan)
         result["msg"] = (
             f"{len(hosts)} host(s) in {len(plan['sizes'])} batch(es) of "
             f"{', '.join(str(size) for size in plan['sizes'])} (from {plan['spec']})"

@@ -3,12 +3,12 @@
 With ``previous_probe_path`` (before the change): the node's previous probe, read with
 ``ansible.builtin.slurp`` (and, only when that fails, ``ansible.builtin.stat``, so a probe
 that is not there yet is told from one that cannot be read by the file's state, not by the
-message; ``lingbot_fleet.rollout.inputs.previous_probe_reading``), and the fact
-``rollout_gate_reached`` (the node's change play started; the summary names a node reached
-without a gate result LOST). With ``service_load`` true, outside check mode: the chat load
-of module lingbot_chat_load with ``chat_load``, its arguments (the role's
-``__rollout_gate_chat_load``, the same before and after). Returns ``previous_probe``
-({document, problem}) and ``service_load`` (the module's ``load``, null when not measured).
+message; ``lingbot_fleet.rollout.inputs.previous_probe_reading``). With ``service_load``
+true, outside check mode: the chat load of module lingbot_chat_load with ``chat_load``, its
+arguments (the role's ``__rollout_gate_chat_load``, the same before and after). Returns
+``previous_probe`` ({document, problem}) and ``service_load`` (the module's ``load``, null
+when not measured). Registered before the change as ``rollout_gate_before``, it marks the
+node's change as started: the summary names a node with it and without a gate result LOST.
 A failed chat load fails the task with the module's message.
 """
 
@@ -21,8 +21,6 @@ from ansible.plugins.action import ActionBase
 from lingbot_fleet.ansible_data import plain_data
 from lingbot_fleet.receipt_action import execute
 from lingbot_fleet.rollout.inputs import previous_probe_reading
-
-REACHED_FACT = "rollout_gate_reached"
 
 
 class ActionModule(ActionBase):
@@ -45,7 +43,6 @@ class ActionModule(ActionBase):
                 )
             document, problem = previous_probe_reading(slurp, stat)
             result["previous_probe"] = {"document": document, "problem": problem}
-            result["ansible_facts"] = {REACHED_FACT: True}
         result["service_load"] = None
         if args.get("service_load") and not self._task.check_mode:
             load = execute(self, "lingbot_chat_load", args.get("chat_load") or {}, task_vars)

@@ -3,10 +3,11 @@
 Runs on the controller (no connection to the node). Takes the judged gate (action
 rollout_gate's ``gate``) and what the generations role did (``committed``:
 generations_committed; ``rollback_generation``: the generation the rollback was recorded
-as; ``reboot_required``, ``kernel_cmdline_reboot``), and returns the fact
+as; ``reboot_required``, ``kernel_cmdline_reboot``), and returns what the role registers as
 ``rollout_gate_result``: the gate, ``rollback`` (what the rollback did, null when the node
 passed) and ``failure`` (the message that fails the node, null when it passed;
-``lingbot_fleet.rollout.outcome``). It does not fail the host itself.
+``lingbot_fleet.rollout.outcome``). It does not fail the host itself. Registered, not a
+fact: a fact cache (AWX) would carry it into the next rollout.
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ from ansible.plugins.action import ActionBase
 
 from lingbot_fleet.ansible_data import plain_data
 from lingbot_fleet.rollout.outcome import gate_result, rollback_text
-
-RESULT_FACT = "rollout_gate_result"
 
 
 class ActionModule(ActionBase):
@@ -46,6 +45,6 @@ class ActionModule(ActionBase):
                 result.update(failed=True, msg=f"cannot tell what the rollback did: {error}")
                 return result
         kept = gate_result(gate, rollback)
-        result["ansible_facts"] = {RESULT_FACT: kept}
+        result.update(kept)
         result["msg"] = kept["failure"] or kept.get("message")
         return result

@@ -1,11 +1,12 @@
 """Action plugin: the rollout summary, per node: batch, gate outcome, evidence, rollback.
 
-Runs on the controller (no connection to the node). Reads each host's facts
-`rollout_gate_result` and `rollout_gate_reached` from hostvars for every host of the batch
-plan: a host without a result was not reached, or, when its change play had started, lost
-(unreachable). Without ``batch_plan``, the plan is the first `rollout_gate_batch_plan`
-among ``hosts`` (the last play runs on localhost); none there (the first play stopped
-before it was made): skipped. Returns `rows`, `lines`, `stopped_after_batch` and `lost`.
+Runs on the controller (no connection to the node). Reads each host's registered
+`rollout_gate_result` and `rollout_gate_before` (its change play started) from hostvars,
+for every host of the batch plan: a host without a result was not reached, or, when its
+change play had started, lost (unreachable). Without ``batch_plan``, the plan is the first
+`rollout_gate_batch_plan` among ``hosts`` (the last play runs on localhost); none there
+(the first play stopped before it was made): skipped. Returns `rows`, `lines`,
+`stopped_after_batch` and `lost`.
 """
 
 from __future__ import annotations
@@ -17,14 +18,8 @@ from lingbot_fleet.rollout.outcome import batch_plan_of_hosts
 from lingbot_fleet.rollout.summary import summarize
 
 RESULT_VARIABLE = "rollout_gate_result"
-REACHED_VARIABLE = "rollout_gate_reached"
+REACHED_VARIABLE = "rollout_gate_before"
 PLAN_VARIABLE = "rollout_gate_batch_plan"
-
-
-def _fact(host_vars, name):
-    """A fact set by an action of this role (in ansible_facts; also a variable)."""
-    facts = host_vars.get("ansible_facts") or {}
-    return facts.get(name) if name in facts else host_vars.get(name)
 
 
 class ActionModule(ActionBase):
@@ -40,7 +35,7 @@ class ActionModule(ActionBase):
         if plan is None:
             hosts = plain_data(self._task.args.get("hosts") or [])
             plan = batch_plan_of_hosts(
-                plain_data(self._templar.template(_fact(hostvars.get(host) or {}, PLAN_VARIABLE)))
+                plain_data(self._templar.template((hostvars.get(host) or {}).get(PLAN_VARIABLE)))
                 for host in hosts
             )
             if plan is None:
@@ -60,9 +55,9 @@ class ActionModule(ActionBase):
         for batch in plan["batches"]:
             for host in batch:
                 host_vars = hostvars.get(host) or {}
-                value = _fact(host_vars, RESULT_VARIABLE)
+                value = host_vars.get(RESULT_VARIABLE)
                 results[host] = plain_data(self._templar.template(value)) if value else None
-                if _fact(host_vars, REACHED_VARIABLE):
+                if host_vars.get(REACHED_VARIABLE):
                     reached.add(host)
         summary = summarize(plan, results, reached)
         result.update(summary)
