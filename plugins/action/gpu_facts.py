@@ -1,14 +1,14 @@
 """Action plugin gpu_facts: the node is read once per boot in a run.
 
-site.yml reads the facts first in its provisioning play, so kernel_cmdline can answer from
-its receipt, and the GPU roles read them again through their gpu_facts dependency. That
-second task answers from the first reading, without a connection, when the reading was made
-in this run (``reuse_in_run``: the run id, ``generations_run_id``), with the same options,
-in the boot the host is in now: the newest boot id the run has seen
-(``ansible_facts.lingbot_boot_id``, which gpu_facts and kernel_cmdline return, so a reboot
-in between has the facts read again), unless that reading found the toolkit's venv without
-pynvml (the role installs it then; the next reading goes through NVML). Anything else runs
-the module.
+site.yml and rollout.yml read the facts first (playbooks/tasks/change_node.yml), so
+kernel_cmdline can answer from its receipt, and the GPU roles read them again through their
+gpu_facts dependency. That second task answers from the first reading, without a
+connection, when the reading was made in this run (``reuse_in_run``: the run id,
+``generations_run_id``), with the same options, in the boot the host is in now: the newest
+boot id the run has seen (``ansible_facts.lingbot_boot_id``, which gpu_facts and
+kernel_cmdline return, so a reboot in between has the facts read again), unless that
+reading found the toolkit's venv without pynvml (the role installs it then; the next
+reading goes through NVML). Anything else runs the module.
 
 After a call, the plugin keeps the stamp of that reading as ``ansible_facts.
 lingbot_gpu_gathered`` (run id, options digest, boot id, and the module's pynvml answers,

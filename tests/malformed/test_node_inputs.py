@@ -28,6 +28,7 @@ from lingbot_fleet import lingbot_layout, nodefiles  # noqa: F401 - the modules 
 from lingbot_fleet.plan import PlanInputError, build_plan
 from lingbot_fleet.probe_saved import read_saved_probe
 from lingbot_fleet.rollout.batches import BatchSpecError, batch_plan
+from lingbot_fleet.rollout.outcome import max_fail_percentage_problem
 
 Runner = Callable[[pytest.MonkeyPatch, Path], list[str]]
 
@@ -639,7 +640,24 @@ def batches(spec: Any) -> Runner:
     return run
 
 
+def max_fail_percentage(value: Any) -> Runner:
+    def run(monkeypatch: pytest.MonkeyPatch, root: Path) -> list[str]:
+        problem = max_fail_percentage_problem(value)
+        assert problem is not None
+        return [problem]
+
+    return run
+
+
+MAX_FAIL = (
+    "rollout_max_fail_percentage must be a whole percentage from 0 to 100 (0 stops the "
+    "rollout at the first node that fails its gate); got "
+)
+
 BATCH_CASES = [
+    ("max_fail_percentage: 101", {}, max_fail_percentage(101), [f"{MAX_FAIL}101"]),
+    ("max_fail_percentage: '5%'", {}, max_fail_percentage("5%"), [f"{MAX_FAIL}5%"]),
+    ("max_fail_percentage: a boolean", {}, max_fail_percentage(True), [f"{MAX_FAIL}True"]),
     ("batches: 0", {}, batches([1, 0]), [f"rollout_batches item 2 (0): {AT_LEAST_ONE}"]),
     ("batches: -1", {}, batches(-1), [f"rollout_batches item 1 (-1): {AT_LEAST_ONE}"]),
     (

@@ -147,12 +147,21 @@ def test_a_change_that_breaks_is_committed_then_rolled_back(tmp_path: Path) -> N
 
 
 def test_an_unhealthy_instance_fails_the_node(tmp_path: Path) -> None:
-    health = [{"instance": "main", "healthy": False, "evidence": ["no answer on 8000", ["j1"]]}]
+    # lingbot_service's readiness result of an instance that is not ready.
+    health = [
+        {
+            "item": {"name": "main", "port": 8000},
+            "failed": False,
+            "instance": "main",
+            "msg": "no answer on 8000. Its last journal lines follow\nj1",
+            "journal": ["j1"],
+        }
+    ]
     done = rollout(tmp_path, {"node-1": {"test_health": health}})
     assert done.rc == 2, done.stdout
     assert (
-        "FAILED gate lingbot_health: lingbot@main.service is not healthy: no answer on 8000 "
-        "| journal: j1"
+        "FAILED gate lingbot_health: lingbot@main.service is not healthy: no answer on 8000. "
+        "Its last journal lines follow j1"
     ) in done.stdout
     assert config(tmp_path, "node-1") == ORIGINAL
 

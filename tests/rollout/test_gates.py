@@ -15,7 +15,7 @@ from lingbot_fleet.rollout import (
     evaluate_gates,
     failure_text,
     gate_failures,
-    health_results,
+    health_from_results,
     parse_previous_probe,
     summarize,
 )
@@ -431,9 +431,8 @@ def test_health_failure_text_keeps_the_message_and_the_last_journal_lines() -> N
         "lingbot@main.service did not answer on port 8000 within 60 s (Status code was -1). "
         "| journal: line 4 / line 5 / line 6 / line 7 / line 8"
     )
-    assert health_results([{"instance": "main", "healthy": False, "evidence": message}])[0] == (
-        HealthResult("main", False, failure_text(message))
-    )
+    result = {"item": {"name": "main", "port": 8000}, "failed": False, "msg": message}
+    assert health_from_results([result])[0] == HealthResult("main", False, failure_text(message))
 
 
 def test_summary_names_the_node_the_gate_the_evidence_and_who_was_not_reached() -> None:

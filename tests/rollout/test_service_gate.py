@@ -250,9 +250,10 @@ def test_the_action_plugin_passes_the_loads_and_the_policy(tmp_path: Path) -> No
     args = {
         "plan": {"instances": []},
         "fresh_probe": {"gpus": [], "pairs": []},
-        "health": [{"instance": "main", "healthy": True}],
-        "service_before": before,
-        "service_after": after,
+        "health": [{"item": {"name": "main"}, "readiness": {"main": {"ready": True}}}],
+        # The registered results of action rollout_gate_reading before and after the change.
+        "before": {"previous_probe": {"document": None, "problem": None}, "service_load": before},
+        "after": {"service_load": after},
         "latency_tolerance_percent": "10",
         "latency_tolerance_floor_ms": 5,
         "max_error_rate_percent": 0.5,

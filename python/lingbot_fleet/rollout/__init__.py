@@ -1,6 +1,7 @@
 """Gated batch rollout: the batches (``batches``), the gates a node passes after its
 change (``gates``; ``service_load`` judges the chat load of ``lingbot_fleet.chat_load``),
-the gate inputs as Ansible hands them (``inputs``) and the summary (``summary``). Pure,
+the gate inputs as Ansible hands them (``inputs``), the outcome the rollout keeps
+(``outcome``) and the summary (``summary``). Pure,
 standard library only; docs in roles/rollout_gate/README.md.
 """
 
@@ -32,7 +33,16 @@ from .gates import (
     regression_gate,
     service_load_gate,
 )
-from .inputs import failure_text, health_results, parse_previous_probe
+from .inputs import (
+    NodeReading,
+    failure_text,
+    health_from_results,
+    node_reading,
+    parse_previous_probe,
+    previous_probe_reading,
+    task_failure,
+)
+from .outcome import batch_plan_of_hosts, gate_result, max_fail_percentage_problem, rollback_text
 from .summary import summarize
 
 __all__ = [
@@ -46,20 +56,28 @@ __all__ = [
     "GatePolicy",
     "GateReport",
     "HealthResult",
+    "NodeReading",
     "assign_batches",
     "batch_plan",
+    "batch_plan_of_hosts",
     "batch_size",
     "batch_sizes",
     "evaluate_gates",
     "failure_text",
     "gate_failures",
+    "gate_result",
+    "health_from_results",
     "health_gate",
-    "health_results",
     "link_gate",
+    "max_fail_percentage_problem",
+    "node_reading",
     "parse_batch_spec",
     "parse_previous_probe",
+    "previous_probe_reading",
     "probe_paths_gate",
     "regression_gate",
+    "rollback_text",
     "service_load_gate",
     "summarize",
+    "task_failure",
 ]

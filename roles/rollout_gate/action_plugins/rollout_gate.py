@@ -1,12 +1,14 @@
 """Action plugin: judge a node's rollout gates (python/lingbot_fleet/rollout/).
 
-Runs on the controller (no connection to the node) on what the node's tasks gathered: the
-plan, the fresh probe, the previous probe's saved text, the link findings, the health
-results, the chat load measured before and after the change (``service_before``,
-``service_after``: the ``load`` of module lingbot_chat_load) and, when the change or the
-measurements broke, what failed. Returns `gate` (passed, failures [{gate, evidence}],
-gates, notes) and `msg` naming every failed gate with its evidence.
-It does not fail the host itself: the role rolls the node back first, then fails it.
+Runs on the controller (no connection to the node) on the raw results of what the node's
+tasks gathered: the plan, the fresh probe, the registered results of action
+rollout_gate_reading before and after the change (``before``: the previous probe and the
+chat load; ``after``: the chat load), the link findings, the loop results of
+lingbot_service's readiness check (``health``) and, when the change or the measurements
+broke, the evidence action rollout_gate_failure kept. Returns `gate` (passed, failures
+[{gate, evidence}], gates, notes, message) and `msg` naming every failed gate with its
+evidence. It does not fail the host itself: the role rolls the node back first, then fails
+it.
 """
 
 from __future__ import annotations
@@ -15,31 +17,11 @@ from ansible.plugins.action import ActionBase
 
 from lingbot_fleet.ansible_data import plain_data
 from lingbot_fleet.rollout.gates import GateInputs, GatePolicy, evaluate_gates
-from lingbot_fleet.rollout.inputs import (
-    failure_text,
-    health_results,
-    parse_previous_probe,
-)
+from lingbot_fleet.rollout.inputs import failure_text, health_from_results, node_reading
 
 
-def _task_failure(value: object) -> str | None:
-    if not value:
-        return None
-    if isinstance(value, dict):
-        return f"task '{value.get('task') or 'unknown'}' failed: {failure_text(value.get('msg'))}"
-    return failure_text(value)
-
-
-def _service_load(value: object) -> dict | None:
-    """A lingbot_chat_load ``load`` (None or empty: not measured); anything else than a
-    mapping is refused."""
-    if not value:
-        return None
-    if not isinstance(value, dict):
-        raise TypeError(
-            f"a service load must be the load mapping of lingbot_chat_load, not {value!r}"
-        )
-    return value
+def _failure(value: object) -> str | None:
+    return failure_text(value) if value else None
 
 
 class ActionModule(ActionBase):
@@ -51,10 +33,8 @@ class ActionModule(ActionBase):
         result["changed"] = False
         task_vars = task_vars or {}
         args = plain_data(self._task.args)
-        previous, problem = parse_previous_probe(args.get("previous_probe_text"))
-        if args.get("previous_probe_error"):
-            previous, problem = None, str(args["previous_probe_error"])
         try:
+            before, after = node_reading(args.get("before")), node_reading(args.get("after"))
             policy = GatePolicy(
                 regression_tolerance_percent=float(args.get("regression_tolerance_percent", 10)),
                 link_fail_on=str(args.get("link_fail_on", "error")),
@@ -65,14 +45,14 @@ class ActionModule(ActionBase):
             inputs = GateInputs(
                 plan=args.get("plan") or None,
                 fresh_probe=args.get("fresh_probe") or None,
-                previous_probe=previous,
-                previous_probe_problem=problem,
+                previous_probe=before.previous_probe,
+                previous_probe_problem=before.previous_probe_problem,
                 link_findings=args.get("link_findings") or [],
-                health=health_results(args.get("health") or []),
-                change_failure=_task_failure(args.get("change_failure")),
-                measure_failure=_task_failure(args.get("measure_failure")),
-                service_before=_service_load(args.get("service_before")),
-                service_after=_service_load(args.get("service_after")),
+                health=health_from_results(args.get("health") or []),
+                change_failure=_failure(args.get("change_failure")),
+                measure_failure=_failure(args.get("measure_failure")),
+                service_before=before.service_load,
+                service_after=after.service_load,
             )
             report = evaluate_gates(inputs, policy)
         except (ValueError, KeyError, TypeError) as error:

@@ -1,9 +1,12 @@
 """Action plugin: the rollout summary, per node: batch, gate outcome, evidence, rollback.
 
-Runs on the controller (no connection to the node). Reads each host's
-`rollout_gate_result` and `rollout_gate_reached` from hostvars for every host of the batch
-plan: a host without a result was not reached, or, when its change play had started, lost
-(unreachable). Returns `rows`, `lines`, `stopped_after_batch` and `lost`.
+Runs on the controller (no connection to the node). Reads each host's registered
+`rollout_gate_result` and `rollout_gate_before` (its change play started) from hostvars,
+for every host of the batch plan: a host without a result was not reached, or, when its
+change play had started, lost (unreachable). Without ``batch_plan``, the plan is the first
+`rollout_gate_batch_plan` among ``hosts`` (the last play runs on localhost); none there
+(the first play stopped before it was made): skipped. Returns `rows`, `lines`,
+`stopped_after_batch` and `lost`.
 """
 
 from __future__ import annotations
@@ -11,10 +14,12 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 
 from lingbot_fleet.ansible_data import plain_data
+from lingbot_fleet.rollout.outcome import batch_plan_of_hosts
 from lingbot_fleet.rollout.summary import summarize
 
 RESULT_VARIABLE = "rollout_gate_result"
-REACHED_VARIABLE = "rollout_gate_reached"
+REACHED_VARIABLE = "rollout_gate_before"
+PLAN_VARIABLE = "rollout_gate_batch_plan"
 
 
 class ActionModule(ActionBase):
@@ -25,7 +30,19 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         result["changed"] = False
         task_vars = task_vars or {}
+        hostvars = task_vars.get("hostvars") or {}
         plan = plain_data(self._task.args.get("batch_plan"))
+        if plan is None:
+            hosts = plain_data(self._task.args.get("hosts") or [])
+            plan = batch_plan_of_hosts(
+                plain_data(self._templar.template((hostvars.get(host) or {}).get(PLAN_VARIABLE)))
+                for host in hosts
+            )
+            if plan is None:
+                result.update(
+                    skipped=True, msg="no batch plan: the rollout stopped before one was made"
+                )
+                return result
         if not isinstance(plan, dict) or not isinstance(plan.get("batches"), list):
             result["failed"] = True
             result["msg"] = (
@@ -33,7 +50,6 @@ class ActionModule(ActionBase):
                 "playbooks/rollout.yml (tasks_from: validate of role rollout_gate)"
             )
             return result
-        hostvars = task_vars.get("hostvars") or {}
         results = {}
         reached = set()
         for batch in plan["batches"]:
