@@ -92,6 +92,7 @@ demo: setup native
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/yamllint --strict .
 	$(BIN)/ansible-lint --profile production --offline
 

@@ -122,7 +122,7 @@ class CudaDriver:
             raise CudaError(
                 "dlopen", -1, "LIBRARY_NOT_FOUND", f"{library}: {error} (is the driver installed?)"
             ) from None
-        self._calls: dict[str, ctypes._CFuncPtr] = {}
+        self._calls: dict[str, Callable[..., int]] = {}
         for names, argtypes in _SIGNATURES.items():
             function = next((getattr(self._lib, n) for n in names if hasattr(self._lib, n)), None)
             if function is None:

@@ -15,7 +15,7 @@ import errno
 import hashlib
 import json
 import os
-from typing import Any
+from typing import Any, Protocol
 
 MANIFEST = "manifest.json"
 _CHUNK_BYTES = 1 << 20
@@ -85,6 +85,17 @@ def read_generations(generations_dir: str, root: str = "/") -> dict[str, Any]:
 
 def _raise(shipped: dict[str, Any]) -> None:
     raise OSError(shipped["errno"], shipped["strerror"], shipped["filename"])
+
+
+class GenerationSource(Protocol):
+    """Where generations are read from: the three calls ``generations`` makes to read and
+    check one (``generations.GenerationReader`` on the disk, ``SnapshotReader`` here)."""
+
+    def listdir(self, path: str) -> list[str]: ...
+
+    def read_json(self, path: str) -> Any: ...
+
+    def sha256(self, path: str) -> str: ...
 
 
 class SnapshotReader:

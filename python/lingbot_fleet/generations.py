@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import atomic, lingbot_layout
-from .generation_snapshot import MANIFEST, is_generation_name, sha256_of
+from .generation_snapshot import MANIFEST, GenerationSource, is_generation_name, sha256_of
 
 SCHEMA = 1
 DEFAULT_GENERATIONS_DIR = "/var/lib/lingbot-fleet/generations"
@@ -376,7 +376,8 @@ class DirState:
         uid, gid = data.get("uid"), data.get("gid")
         if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (uid, gid)):
             raise ValueError(f"uid {uid!r} and gid {gid!r} are not both numbers")
-        return cls(_check_node_path(str(data.get("path"))), int(str(data["mode"]), 8), uid, gid)
+        # all() above proved uid and gid numbers; mypy does not narrow through all().
+        return cls(_check_node_path(str(data.get("path"))), int(str(data["mode"]), 8), uid, gid)  # type: ignore[arg-type]
 
 
 REMOVED_DIRS = "removed_dirs"
@@ -489,7 +490,7 @@ DISK = GenerationReader()
 
 
 def generation_numbers(
-    generations_dir: str, root: str = "/", reader: GenerationReader = DISK
+    generations_dir: str, root: str = "/", reader: GenerationSource = DISK
 ) -> list[int]:
     base = on_root(root, generations_dir)
     try:
@@ -734,8 +735,8 @@ def _manifest_error(manifest_path: str, problem: str) -> GenerationError:
     )
 
 
-def load_generation(
-    generations_dir: str, number: int, root: str = "/", reader: GenerationReader = DISK
+def load_generation(  # noqa: PLR0912, PLR0915 - one check per manifest field, each with its own message
+    generations_dir: str, number: int, root: str = "/", reader: GenerationSource = DISK
 ) -> Generation:
     """Read and check generation ``number``: manifest shape and saved copies' checksums."""
     directory = on_root(root, os.path.join(generations_dir, str(number)))
@@ -832,7 +833,7 @@ def _absent_dirs_of(entry: Mapping[str, Any], path: str) -> tuple[str, ...]:
 
 
 def list_generations(
-    generations_dir: str, root: str = "/", reader: GenerationReader = DISK
+    generations_dir: str, root: str = "/", reader: GenerationSource = DISK
 ) -> list[dict[str, Any]]:
     """Every generation's summary, oldest first; a damaged one carries its error."""
     rows = []

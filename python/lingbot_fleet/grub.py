@@ -184,7 +184,7 @@ class _Scanner:
             i += 1
         return i
 
-    def statement(self, i: int) -> int:
+    def statement(self, i: int) -> int:  # noqa: PLR0911 - one return per kind of grub statement
         text = self.text
         i = self.skip_blanks(i)
         if i >= len(text):
@@ -947,7 +947,7 @@ class _OpenBlock:
     children: list[MenuEntry] = field(default_factory=list)
 
 
-def _grub_statements(line: str) -> list[list[str]]:
+def _grub_statements(line: str) -> list[list[str]]:  # noqa: PLR0912 - a character lexer: one branch per character class
     """A grub script line as statements of raw words (quotes kept, ';' splits)."""
     statements: list[list[str]] = []
     words: list[str] = []
@@ -992,7 +992,7 @@ def _grub_statements(line: str) -> list[list[str]]:
     return statements
 
 
-def _expand_grub_word(raw: str, lookup: Callable[[str], str]) -> tuple[str, set[str]]:
+def _expand_grub_word(raw: str, lookup: Callable[[str], str]) -> tuple[str, set[str]]:  # noqa: PLR0912 - a character lexer: one branch per character class
     """A raw grub word with ``$NAME`` / ``${NAME}`` expanded and quotes removed; returns
     the text and the names it refers to.
 

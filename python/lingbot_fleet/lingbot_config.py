@@ -159,13 +159,21 @@ def _check_scalar(spec: Scalar, value: Any, where: str) -> Problems:
         ok = isinstance(value, bool)
         return [] if ok else [f"{where}: must be true or false, got {_describe(value)}"]
     if spec.kind == "str":
-        if not isinstance(value, str):
-            return [f"{where}: must be a string, got {_describe(value)}"]
-        if spec.choices and value not in spec.choices:
-            return [f"{where}: must be one of {', '.join(spec.choices)}; got {value!r}"]
-        if spec.pattern is not None and spec.pattern.fullmatch(value) is None:
-            return [f"{where}: must be {spec.words}; got {value!r}"]
-        return []
+        return _check_string(spec, value, where)
+    return _check_number(spec, value, where)
+
+
+def _check_string(spec: Scalar, value: Any, where: str) -> Problems:
+    if not isinstance(value, str):
+        return [f"{where}: must be a string, got {_describe(value)}"]
+    if spec.choices and value not in spec.choices:
+        return [f"{where}: must be one of {', '.join(spec.choices)}; got {value!r}"]
+    if spec.pattern is not None and spec.pattern.fullmatch(value) is None:
+        return [f"{where}: must be {spec.words}; got {value!r}"]
+    return []
+
+
+def _check_number(spec: Scalar, value: Any, where: str) -> Problems:
     if isinstance(value, bool) or not isinstance(value, int | float):
         kind = "an integer" if spec.kind == "int" else "a number"
         return [f"{where}: must be {kind}, got {_describe(value)}"]
@@ -186,26 +194,46 @@ def _check(spec: Any, value: Any, path: tuple[str | int, ...], partial: bool) ->
     if isinstance(spec, Scalar):
         return _check_scalar(spec, value, where)
     if isinstance(spec, Sequence):
-        if not isinstance(value, list | tuple):
-            return [f"{where}: must be a list, got {_describe(value)}"]
-        if len(value) < spec.min_items:
-            return [f"{where}: must list at least {spec.min_items} entry"]
-        problems: Problems = []
-        for index, item in enumerate(value):
-            problems += _check(spec.item, item, (*path, index), partial=False)
-        return problems
+        return _check_list(spec, value, path)
     if not isinstance(value, Mapping):
         return [f"{where}: must be a mapping, got {_describe(value)}"]
-    problems = []
     if isinstance(spec, FreeMapping):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                problems.append(f"{where}: key {key!r} must be a string")
-            elif spec.key_pattern is not None and spec.key_pattern.fullmatch(key) is None:
-                problems.append(f"{where}: key {key!r} must be {spec.key_words}")
-            else:
-                problems += _check(spec.value, item, (*path, key), partial=False)
-        return problems
+        return _check_free_mapping(spec, value, path)
+    return _check_fields(spec, value, path, partial)
+
+
+def _check_list(spec: Sequence, value: Any, path: tuple[str | int, ...]) -> Problems:
+    where = key_path(path)
+    if not isinstance(value, list | tuple):
+        return [f"{where}: must be a list, got {_describe(value)}"]
+    if len(value) < spec.min_items:
+        return [f"{where}: must list at least {spec.min_items} entry"]
+    problems: Problems = []
+    for index, item in enumerate(value):
+        problems += _check(spec.item, item, (*path, index), partial=False)
+    return problems
+
+
+def _check_free_mapping(
+    spec: FreeMapping, value: Mapping[Any, Any], path: tuple[str | int, ...]
+) -> Problems:
+    where = key_path(path)
+    problems: Problems = []
+    for key, item in value.items():
+        if not isinstance(key, str):
+            problems.append(f"{where}: key {key!r} must be a string")
+        elif spec.key_pattern is not None and spec.key_pattern.fullmatch(key) is None:
+            problems.append(f"{where}: key {key!r} must be {spec.key_words}")
+        else:
+            problems += _check(spec.value, item, (*path, key), partial=False)
+    return problems
+
+
+def _check_fields(
+    spec: Fields, value: Mapping[Any, Any], path: tuple[str | int, ...], partial: bool
+) -> Problems:
+    where = key_path(path)
+    problems: Problems = []
     for key, item in value.items():
         if key not in spec.fields:
             known = ", ".join(spec.fields)

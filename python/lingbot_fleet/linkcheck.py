@@ -164,8 +164,11 @@ def reading_problem(reading: Mapping[str, Any], min_load_s: float) -> str | None
             f"the copies had run {load_s:g} s when it was read, less than the "
             f"{min_load_s:g} s a link needs to train up"
         )
-    ends = (reading.get("pstate_before"), reading.get("performance_state"))
-    ends += (reading.get("pstate_after"),)
+    ends = (
+        reading.get("pstate_before"),
+        reading.get("performance_state"),
+        reading.get("pstate_after"),
+    )
     if any(pstate != LOAD_PSTATE for pstate in ends):
         before, during, after = (pstate or "unknown" for pstate in ends)
         return (

@@ -369,7 +369,8 @@ class NodeChanges:
                 self._note_dirs_created(path)
             os.makedirs(real, mode=mode, exist_ok=True)
             os.chmod(real, mode)
-            os.chown(real, uid, gid)
+            # Outside check mode _ids raises rather than return None.
+            os.chown(real, uid, gid)  # type: ignore[arg-type]
         verb = "create" if info is None else "set mode and owner of"
         self._done(path, f"{verb} the directory {path}")
         return True

@@ -209,8 +209,9 @@ def plan_unit(
 
     def effective(ours: str | None) -> tuple[str, str | None]:
         paths = dropin_order(others + ([dropin_path] if ours is not None else []))
+        texts_now = texts if ours is None else {**texts, dropin_path: ours}
         sources = [(unit.fragment_path, fragment_text)]
-        sources += [(path, ours if path == dropin_path else texts[path]) for path in paths]
+        sources += [(path, texts_now[path]) for path in paths]
         return exec_start_of(sources)
 
     base, _ = effective(None)
@@ -328,7 +329,7 @@ def converge_unit(
     return False
 
 
-def assess(
+def assess(  # noqa: PLR0913 - the module's options, keyword-only
     changes: Any,
     show: dict[str, str],
     *,

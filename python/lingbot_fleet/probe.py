@@ -814,8 +814,8 @@ def reuse_reason(
     ):
         return None
     try:
-        taken_s = datetime.strptime(saved["timestamp"], "%Y-%m-%dT%H:%M:%SZ")
-        taken_s = taken_s.replace(tzinfo=timezone.utc).timestamp()
+        taken = datetime.strptime(saved["timestamp"], "%Y-%m-%dT%H:%M:%SZ")
+        taken_s = taken.replace(tzinfo=timezone.utc).timestamp()
     except (KeyError, TypeError, ValueError):
         return None
     age_s = now_s - taken_s
@@ -982,7 +982,7 @@ def reused_result(probe: dict[str, Any], reason: str) -> dict[str, Any]:
     }
 
 
-def controller_reuse(
+def controller_reuse(  # noqa: PLR0911 - one return per reason the module must run
     options: Mapping[str, Any], saved_fact: Any, now_s: float
 ) -> tuple[str | None, str]:
     """(why the saved probe stands for the node, "") when the controller can answer the

@@ -237,7 +237,7 @@ def read_receipts(
     return found
 
 
-def unchanged(entry: Any, digest: str, now_s: float) -> str | None:
+def unchanged(entry: Any, digest: str, now_s: float) -> str | None:  # noqa: PLR0911 - one return per reason the receipt does not stand
     """Why the receipt does not stand for the node now, or None when it does: a reading
     at most READING_MAX_AGE_S old, the same options digest, every path's signature as
     recorded, every unit as required."""

@@ -203,8 +203,10 @@ def _try_take(
             if current is None:
                 return None, "a module that is giving the lock back"
             return None, f"run {current['run_id']}, module pid {current.get('pid', 'unknown')}"
-        fresh = current is None or taken.replaced_run is not None
-        started = moment if fresh else current.get("started_epoch")
+        if current is not None and taken.replaced_run is None:
+            started = current.get("started_epoch")
+        else:
+            started = moment
         write_json_atomic(
             lock_path,
             {

@@ -183,7 +183,7 @@ def _parse_quoted(text: str, line_number: int) -> tuple[str, int]:
     raise YamlSubsetError(line_number, f"unterminated {quote} quoted string")
 
 
-def _plain_scalar(text: str, line_number: int) -> object:
+def _plain_scalar(text: str, line_number: int) -> object:  # noqa: PLR0911 - one return per YAML core-schema scalar kind
     """Resolve a plain (unquoted) scalar to null, bool, int, float or str."""
     if text[:1] in ("&", "*", "!"):
         kinds = {"&": "anchors", "*": "aliases", "!": "tags"}

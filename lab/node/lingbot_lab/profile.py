@@ -431,6 +431,24 @@ def _check_faults(check: ProfileChecker, profile: dict[str, Any]) -> None:
             check.integer(check.require(fault, "copies", where), f"{where}.copies", 1, 1 << 30)
 
 
+def _check_boot(check: ProfileChecker, profile: dict[str, Any]) -> None:
+    boot = profile.setdefault("boot", {})
+    boot.setdefault("grub_cmdline_linux_default", "quiet")
+    boot.setdefault("grub_cmdline_linux", "")
+    boot.setdefault("iommu_default", "passthrough")
+    distributions = DISTRIBUTIONS[profile["os_family"]]
+    distribution = boot.setdefault("distribution", distributions[0])
+    if distribution not in distributions or isinstance(distribution, bool):
+        check.fail(
+            "boot.distribution",
+            f"{distribution!r} is not a distribution of os_family {profile['os_family']}",
+            f"write one of {', '.join(distributions)}, or change os_family",
+        )
+    boot.setdefault("kernel_version", DEFAULT_KERNEL_VERSION[distribution])
+    boot.setdefault("root_uuid", DEFAULT_ROOT_UUID)
+    check.choice(boot["iommu_default"], "boot.iommu_default", IOMMU_MODES)
+
+
 def validate_profile(raw: dict[str, Any]) -> dict[str, Any]:
     """Return a defaulted copy of a schema-1 profile, or raise ValueError."""
     if not isinstance(raw, dict):
@@ -447,21 +465,7 @@ def validate_profile(raw: dict[str, Any]) -> dict[str, Any]:
     vendor = check.choice(check.require(cpu, "vendor", "cpu"), "cpu.vendor", CPU_VENDORS)
     check.string(check.require(cpu, "model", "cpu"), "cpu.model")
     _check_numa_nodes(check, profile)
-    boot = profile.setdefault("boot", {})
-    boot.setdefault("grub_cmdline_linux_default", "quiet")
-    boot.setdefault("grub_cmdline_linux", "")
-    boot.setdefault("iommu_default", "passthrough")
-    distributions = DISTRIBUTIONS[profile["os_family"]]
-    distribution = boot.setdefault("distribution", distributions[0])
-    if distribution not in distributions or isinstance(distribution, bool):
-        check.fail(
-            "boot.distribution",
-            f"{distribution!r} is not a distribution of os_family {profile['os_family']}",
-            f"write one of {', '.join(distributions)}, or change os_family",
-        )
-    boot.setdefault("kernel_version", DEFAULT_KERNEL_VERSION[distribution])
-    boot.setdefault("root_uuid", DEFAULT_ROOT_UUID)
-    check.choice(boot["iommu_default"], "boot.iommu_default", IOMMU_MODES)
+    _check_boot(check, profile)
     driver = profile.setdefault("driver", {})
     for key, value in DEFAULT_DRIVER.items():
         driver.setdefault(key, value)

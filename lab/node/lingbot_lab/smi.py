@@ -769,6 +769,12 @@ def parse_command(argv: list[str]) -> Command:
             command.persistence_value = value
         else:
             raise ArgumentError()
+    _refuse_mismatched_options(command)
+    return command
+
+
+def _refuse_mismatched_options(command: Command) -> None:
+    """ArgumentError for options that nvidia-smi refuses together or with that value."""
     if command.displays and (
         command.action != "query"
         or any(display not in Q_DISPLAY_SECTIONS for display in command.displays)
@@ -780,7 +786,6 @@ def parse_command(argv: list[str]) -> Command:
         raise ArgumentError()
     if command.action == "persistence" and command.persistence_value not in ("0", "1"):
         raise ArgumentError()
-    return command
 
 
 def _parse_topo(argv: list[str]) -> Command:
@@ -822,7 +827,7 @@ def _lost_report(gpus: list[GpuView]) -> tuple[str, int]:
     return text, EXIT_GPU_LOST if lost else EXIT_OK
 
 
-def run_command(
+def run_command(  # noqa: PLR0911 - one return per nvidia-smi action
     command: Command, state: dict[str, Any], root: Path, now_s: float, is_root: bool
 ) -> tuple[str, int]:
     """The output and exit code of one nvidia-smi invocation."""

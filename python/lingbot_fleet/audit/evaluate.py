@@ -527,32 +527,88 @@ def unreadable(section: str, error: str) -> Finding:
     )
 
 
-def evaluate_node(
-    node: Mapping[str, Any],
-    policy: AuditPolicy,
-    fresh_probe: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The node's audit record (the per-node entry of fleet.json, without host and status)."""
-    findings: list[Finding] = []
+def checked_facts(node: Mapping[str, Any]) -> tuple[Mapping[str, Any] | None, list[Finding]]:
+    """(the node's facts document, or None when it is unreadable, and why as a finding)."""
     facts = node.get("facts")
     error = section_error(facts)
     if error is None and facts is not None:
         problems = schema_problems(facts)
         error = "; ".join(problems) if problems else None
     if error is not None:
-        findings.append(unreadable("facts", error))
-        facts = None
+        return None, [unreadable("facts", error)]
+    return facts, []
 
+
+def chosen_probe(
+    node: Mapping[str, Any], fresh_probe: Mapping[str, Any] | None
+) -> tuple[Mapping[str, Any] | None, str, list[Finding]]:
+    """(the probe result the audit uses, "fresh" or "saved", why the saved one is unreadable).
+
+    A fresh probe is completed from the saved one where it skipped GPUs; without one the
+    node's saved result is used.
+    """
     saved_probe = node.get("probe")
     if section_error(saved_probe) is not None:
         saved_probe = None
-    probe = fill_skipped(dict(fresh_probe), saved_probe) if fresh_probe else None
-    probe_source = "fresh"
-    if probe is None:
-        probe, probe_source = node.get("probe"), "saved"
-        if section_error(probe) is not None:
-            findings.append(unreadable("probe", section_error(probe) or ""))
-            probe = None
+    if fresh_probe:
+        return fill_skipped(dict(fresh_probe), saved_probe), "fresh", []
+    probe = node.get("probe")
+    error = section_error(probe)
+    if error is not None:
+        return None, "saved", [unreadable("probe", error)]
+    return probe, "saved", []
+
+
+def node_plan(
+    facts: Mapping[str, Any],
+    probe: Mapping[str, Any] | None,
+    policy: AuditPolicy,
+    link_findings: Sequence[Finding],
+    deployed_plan: Mapping[str, Any] | None,
+) -> tuple[dict[str, Any] | None, str | None, list[Finding]]:
+    """(the plan the inputs give now, why there is none, its findings) for one node.
+
+    Planned as the deploy path plans: from the plan in force (its hysteresis, its
+    instance names) and, unless the policy says, the layer count it was made with.
+    """
+    plan_policy = dict(policy.plan)
+    deployed_layers = ((deployed_plan or {}).get("policy") or {}).get("model_num_layers")
+    if plan_policy.get("model_num_layers") is None and deployed_layers is not None:
+        plan_policy["model_num_layers"] = deployed_layers
+    try:
+        plan = build_plan(facts, probe, plan_policy, link_findings, deployed_plan)
+    except PlanInputError as failure:
+        finding = Finding(
+            code="PLAN_INPUT_ERROR",
+            severity="error",
+            subject="node",
+            message=f"the planner cannot plan this node: {failure}",
+            evidence={},
+            fix="follow the message; then audit again",
+        )
+        return None, str(failure), [finding]
+    if not (plan.get("baseline") or {}).get("drifted_pairs"):
+        return plan, None, []
+    finding = Finding(
+        code="P2P_BASELINE_DRIFT",
+        severity="warning",
+        subject="node",
+        message=f"P2P bandwidth off the baseline: {plan['baseline']['drifted_pairs']}",
+        evidence={"baseline": plan["baseline"]},
+        fix="compare with a healthy node of the same model; reseat, check BIOS",
+    )
+    return plan, None, [finding]
+
+
+def evaluate_node(
+    node: Mapping[str, Any],
+    policy: AuditPolicy,
+    fresh_probe: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The node's audit record (the per-node entry of fleet.json, without host and status)."""
+    facts, findings = checked_facts(node)
+    probe, probe_source, probe_unreadable = chosen_probe(node, fresh_probe)
+    findings += probe_unreadable
     probe_info = probe_summary(probe, probe_source) if probe else None
 
     link_findings = check_links(facts, policy.link, load_from_probe(probe)) if facts else []
@@ -572,49 +628,22 @@ def evaluate_node(
         findings.append(unreadable("kernel", section_error(node.get("kernel")) or "missing"))
 
     lingbot = node.get("lingbot")
-    lingbot_readable = section_error(lingbot) is None and lingbot is not None
-    deployed_plan = lingbot.get("plan") if lingbot_readable else None
+    readable_lingbot = lingbot if section_error(lingbot) is None else None
+    deployed_plan = readable_lingbot.get("plan") if readable_lingbot is not None else None
     if section_error(deployed_plan) is not None or not isinstance(deployed_plan, Mapping):
         deployed_plan = None
     plan, plan_error = None, None
     if facts:
-        # Planned as the deploy path plans: from the plan in force (its hysteresis, its
-        # instance names) and, unless the policy says, the layer count it was made with.
-        plan_policy = dict(policy.plan)
-        deployed_layers = ((deployed_plan or {}).get("policy") or {}).get("model_num_layers")
-        if plan_policy.get("model_num_layers") is None and deployed_layers is not None:
-            plan_policy["model_num_layers"] = deployed_layers
-        try:
-            plan = build_plan(facts, probe, plan_policy, link_findings, deployed_plan)
-        except PlanInputError as failure:
-            plan_error = str(failure)
-            findings.append(
-                Finding(
-                    code="PLAN_INPUT_ERROR",
-                    severity="error",
-                    subject="node",
-                    message=f"the planner cannot plan this node: {failure}",
-                    evidence={},
-                    fix="follow the message; then audit again",
-                )
-            )
-        if plan and (plan.get("baseline") or {}).get("drifted_pairs"):
-            findings.append(
-                Finding(
-                    code="P2P_BASELINE_DRIFT",
-                    severity="warning",
-                    subject="node",
-                    message=f"P2P bandwidth off the baseline: {plan['baseline']['drifted_pairs']}",
-                    evidence={"baseline": plan["baseline"]},
-                    fix="compare with a healthy node of the same model; reseat, check BIOS",
-                )
-            )
+        plan, plan_error, plan_findings = node_plan(
+            facts, probe, policy, link_findings, deployed_plan
+        )
+        findings += plan_findings
 
     drift = None
-    if lingbot_readable:
+    if readable_lingbot is not None:
         # The configs are judged against the plan that deployed them (plan.json); the plan
         # the inputs give now is compared with that one on its own.
-        drift = drift_state(lingbot, deployed_plan or plan, policy.config_overrides)
+        drift = drift_state(readable_lingbot, deployed_plan or plan, policy.config_overrides)
         findings += drift_findings(drift)
         if deployed_plan and plan:
             findings += plan_change_findings(deployed_plan, plan)

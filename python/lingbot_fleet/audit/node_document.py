@@ -9,6 +9,7 @@ as on the node, with the same results. docs/audit.md lists the document's keys.
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import tempfile
@@ -71,7 +72,7 @@ def complete_node(read: dict[str, Any]) -> dict[str, Any]:
     for key, complete in (("kernel", _kernel), ("generations", _generations)):
         section = read.get(key)
         if isinstance(section, dict) and "error" not in section:
-            node[key] = _section(lambda complete=complete, section=section: complete(section))
+            node[key] = _section(functools.partial(complete, section))
     return node
 
 

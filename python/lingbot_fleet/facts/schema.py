@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 # Raise on any change a reader must know about (a field removed, renamed or re-typed).
@@ -50,7 +51,7 @@ PCIE_KEYS = (
 )
 
 
-def schema_problems(document: dict[str, Any]) -> list[str]:
+def schema_problems(document: Mapping[str, Any]) -> list[str]:
     """Shape problems of a facts document (empty when it is a schema-1 document)."""
     problems: list[str] = []
     if document.get("schema_version") != FACTS_SCHEMA_VERSION:

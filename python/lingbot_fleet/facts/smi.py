@@ -137,7 +137,7 @@ def _refused_field(error: SmiUnavailableError, fields: Sequence[str]) -> str | N
 
 def query_gpus(command: Sequence[str]) -> tuple[tuple[str, ...], str]:
     """(the fields asked, the CSV): QUERY_FIELDS, less the optional ones the driver refuses."""
-    fields = QUERY_FIELDS
+    fields: tuple[str, ...] = QUERY_FIELDS
     while True:
         try:
             text = run_smi(

@@ -111,7 +111,8 @@ _TYPES: dict[str, tuple[type, ...]] = {
 
 def _convert(name: str, value: Any) -> Any:
     wanted = _TYPES[name]
-    if not isinstance(value, wanted) or (isinstance(value, bool) and bool not in wanted):
+    matches = isinstance(value, wanted) and not (isinstance(value, bool) and bool not in wanted)
+    if not matches:
         names = " or ".join(kind.__name__ for kind in wanted)
         raise MonitorConfigError(
             f"{name}: {value!r} is a {type(value).__name__}, expected {names} "

@@ -81,7 +81,7 @@ def peer_link(
     }
 
 
-def render_config(
+def render_config(  # noqa: PLR0913 - the settings config.yaml is rendered from, keyword-only
     ordered: Sequence[int],
     inputs: PlanInputs,
     *,

@@ -91,8 +91,10 @@ def _steady_weights(
     for ordinal, uuid in enumerate(uuids):
         device = f"gpu:{ordinal}"
         deployed = previous.weights.get((members, uuid))
-        if deployed != weights[device] and within(
-            weights[device], deployed, policy.figure_tolerance_percent
+        if (
+            deployed is not None
+            and deployed != weights[device]
+            and within(weights[device], deployed, policy.figure_tolerance_percent)
         ):
             steady[device], kept = deployed, True
         else:

@@ -59,7 +59,7 @@ def _numa_reason(gpu: GpuInput, inputs: PlanInputs) -> str | None:
     return None
 
 
-def judge_gpu(gpu: GpuInput, inputs: PlanInputs, policy: PlanPolicy) -> Eligibility:
+def judge_gpu(gpu: GpuInput, inputs: PlanInputs, policy: PlanPolicy) -> Eligibility:  # noqa: PLR0912 - one branch per eligibility rule
     problems: list[str] = []
     notes: list[str] = []
     if gpu.lost:

@@ -211,8 +211,12 @@ def judge_pair(
             "multi-GPU across NUMA nodes (require_same_numa)",
         )
     latencies = [p.latency_ns for p in (forward, backward) if p.latency_ns is not None]
-    speeds = [p.gbytes_per_s for p in (forward, backward) if p.can_access_peer]
-    slower = min(speeds) if len(speeds) == 2 and None not in speeds else None
+    speeds = [
+        p.gbytes_per_s
+        for p in (forward, backward)
+        if p.can_access_peer and p.gbytes_per_s is not None
+    ]
+    slower = min(speeds) if len(speeds) == 2 else None
     others_ok = all("below p2p_min_gbytes_per_s" in problem for problem in problems)
     return PairVerdict(
         a=a,
@@ -271,7 +275,7 @@ def best_group(
         gpu: {
             other
             for other in pool
-            if other != gpu and verdicts[tuple(sorted((gpu, other)))].qualifies
+            if other != gpu and verdicts[(min(gpu, other), max(gpu, other))].qualifies
         }
         for gpu in pool
     }

@@ -47,7 +47,11 @@ def _numa_node(raw: Any, node_count: int | None) -> tuple[int, bool]:
 
 def _finding_fields(finding: Any) -> tuple[str, str, str]:
     if isinstance(finding, Mapping):
-        values = (finding.get("code"), finding.get("severity"), finding.get("subject"))
+        values: tuple[Any, ...] = (
+            finding.get("code"),
+            finding.get("severity"),
+            finding.get("subject"),
+        )
     else:
         values = tuple(getattr(finding, name, None) for name in ("code", "severity", "subject"))
     if not all(isinstance(value, str) for value in values):
@@ -55,6 +59,7 @@ def _finding_fields(finding: Any) -> tuple[str, str, str]:
             f"finding {finding!r}: needs code, severity and subject as text "
             "(a lingbot_fleet.findings.Finding or its to_dict())"
         )
+    # all() above proved three texts; mypy does not narrow a tuple through all().
     return values  # type: ignore[return-value]
 
 

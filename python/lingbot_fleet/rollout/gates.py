@@ -509,7 +509,7 @@ def service_load_gate(
     return failures + regressions
 
 
-def _regression_skip_reason(inputs: GateInputs) -> str | None:
+def _regression_skip_reason(inputs: GateInputs) -> str | None:  # noqa: PLR0911 - one return per reason the probes cannot be compared
     if inputs.previous_probe_problem:
         return f"the previous probe could not be read: {inputs.previous_probe_problem}"
     if inputs.previous_probe is None:
@@ -576,6 +576,12 @@ def evaluate_gates(inputs: GateInputs, policy: GatePolicy | None = None) -> Gate
                 report.notes,
             ),
         )
+    _judge_service_load(inputs, policy, report)
+    return report
+
+
+def _judge_service_load(inputs: GateInputs, policy: GatePolicy, report: GateReport) -> None:
+    """Record the service_load gate, or why it is skipped."""
     if inputs.service_after is None:
         report.skip("service_load", "no service load after the change")
     elif not _measured(inputs.service_after):
@@ -590,7 +596,6 @@ def evaluate_gates(inputs: GateInputs, policy: GatePolicy | None = None) -> Gate
             "service_load",
             service_load_gate(inputs.service_before, inputs.service_after, policy, report.notes),
         )
-    return report
 
 
 def gate_failures(inputs: GateInputs, policy: GatePolicy | None = None) -> list[dict[str, str]]:

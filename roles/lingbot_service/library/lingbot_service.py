@@ -761,7 +761,7 @@ def owns_socket(pids: set[int], inodes: set[str]) -> bool:
     return False
 
 
-def readiness_once(params: dict, instance: dict, state: dict[str, str]) -> tuple[str, str]:
+def readiness_once(params: dict, instance: dict, state: dict[str, str]) -> tuple[str, str]:  # noqa: PLR0911 - one return per readiness step
     """("ready" | "waiting" | "foreign" | "failed", why) for one instance, right now."""
     unit, port = layout.unit_name(instance["name"]), int(instance["port"])
     active = state.get("ActiveState", "unknown")
