@@ -66,7 +66,7 @@ GPU-11540733-53c6-4b27-9b89-a46dfe945aec
 ExecStart=
 ExecStart=/usr/bin/numactl --cpunodebind=0 --membind=0 /usr/bin/python3 -m lingbot --config \
 /etc/lingbot/main/config.yaml --model-path /var/lib/lingbot/model --gpus 0,1 \
---peer-access-threshold 25 --host 0.0.0.0 --port 8000 --batch-size 8 --offload-kv
+--peer-access-threshold 25 --host 127.0.0.1 --port 8000 --batch-size 8 --offload-kv
 # Warm-up: contexts and peer mappings on the GPUs first; then the unit stays
 # activating until LingBot answers one-token chat completions in steady time.
 TimeoutStartSec=90
@@ -108,7 +108,7 @@ def test_exec_start_parses_back_from_the_dropin() -> None:
     assert parsed.entry == ("-m", "lingbot")
     assert parsed.gpus == (0, 1)
     assert parsed.port == 8000
-    assert parsed.value(layout.Flag.HOST) == "0.0.0.0"
+    assert parsed.value(layout.Flag.HOST) == "127.0.0.1"
     assert parsed.has(layout.Flag.OFFLOAD_KV)
 
 
@@ -118,7 +118,7 @@ def test_the_single_gpu_form_is_built_from_a_parsed_command() -> None:
         layout.Flag.PEER_ACCESS_THRESHOLD
     )
     assert single.gpus == (0,)
-    assert "--device gpu:0 --host 0.0.0.0 --port 8000" in single.text()
+    assert "--device gpu:0 --host 127.0.0.1 --port 8000" in single.text()
     assert "--gpus" not in single.text()
 
 
@@ -127,7 +127,7 @@ def test_the_stand_in_lingbot_accepts_the_command_line(profile: str, position: i
     argv = layout.exec_start(instance_of(profile, position), LAUNCH).argv()
     options = argv[argv.index("--config") :]
     parsed = build_parser().parse_args(options)
-    assert parsed.host == "0.0.0.0"
+    assert parsed.host == "127.0.0.1"
     assert parsed.port == 8000 + position
     assert parsed.batch_size == 8
     assert parsed.offload_kv is True
