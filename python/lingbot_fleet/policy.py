@@ -9,6 +9,7 @@ replaced them) and contradictions between variables, before any play touches a n
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -61,12 +62,10 @@ TYPED_LIST_CHECKS: dict[str, Validator] = {
 RAW_VALUE_CHECKS: dict[str, Validator] = {
     "lingbot_service_api_key": values.api_key,
 }
-# An unknown name this close to a known one (edits: insert, delete, replace, swap two
+# An unknown name one edit from a known one (insert, delete, replace, swap of two
 # neighbours; case ignored) is a typo of it: the value would be ignored and the known
 # variable keep its default, silently.
 NEAR_MISS_EDITS = 1
-NEAR_MISS_EDITS_LONG = 2
-NEAR_MISS_LONG_CHARS = 16
 
 
 @dataclass(frozen=True)
@@ -174,7 +173,7 @@ def _value_problems(
         except ValueError as error:
             variable, _colon, message = str(error).partition(": ")
             if not _colon or not variable.startswith(name):
-                variable, message = name, str(error)
+                variable, message = name, str(error).removeprefix(f"{name} ")
             problems.append(PolicyProblem(variable, message))
     return problems
 
@@ -207,6 +206,17 @@ def _deletions(name: str, depth: int) -> set[str]:
     return found
 
 
+@functools.lru_cache(maxsize=4)
+def _deletion_index(known: frozenset[str]) -> dict[str, frozenset[str]]:
+    """Each known name, less up to one character -> the names it comes from (built once
+    per set of role specs: every host of a run asks with the same one)."""
+    index: dict[str, set[str]] = {}
+    for name in known:
+        for variant in _deletions(name.lower(), NEAR_MISS_EDITS):
+            index.setdefault(variant, set()).add(name)
+    return {variant: frozenset(names) for variant, names in index.items()}
+
+
 def near_miss_problems(
     variables: Mapping[str, Any], role_specs: Mapping[str, Mapping[str, Any]]
 ) -> list[PolicyProblem]:
@@ -214,28 +224,22 @@ def near_miss_problems(
     prefix (lingbot_servce_api_key): refused with "did you mean <name>?".
 
     Names under a role's prefix are checked per role in check_policy; this covers the rest.
-    Candidates come from shared deletions (each name less up to two characters), so the
-    check costs a set lookup per name, whatever the number of variables a host has.
+    Candidates come from shared deletions (each name less up to one character: one edit
+    leaves the two names a deletion in common), so the check costs a few set lookups per
+    name, whatever the number of role variables.
     """
     roles = sorted(role_specs)
     known = {name for spec in role_specs.values() for name in spec}
     known |= set(REMOVED_VARIABLES) | set(PLAY_WIDE_VARIABLES)
-    index: dict[str, set[str]] = {}
-    for name in known:
-        for variant in _deletions(name.lower(), NEAR_MISS_EDITS_LONG):
-            index.setdefault(variant, set()).add(name)
+    index = _deletion_index(frozenset(known))
     problems = []
     for name in sorted(variables):
         if not isinstance(name, str) or name in known or _role_of(name, roles) is not None:
             continue
-        limit = NEAR_MISS_EDITS_LONG if len(name) >= NEAR_MISS_LONG_CHARS else NEAR_MISS_EDITS
         candidates: set[str] = set()
-        for variant in _deletions(name.lower(), limit):
-            candidates |= index.get(variant, set())
-        close = sorted(
-            (c for c in candidates if _edits_within(name.lower(), c.lower(), limit)),
-            key=lambda c: (not _edits_within(name.lower(), c.lower(), 1), c),
-        )
+        for variant in _deletions(name.lower(), NEAR_MISS_EDITS):
+            candidates |= index.get(variant, frozenset())
+        close = sorted(c for c in candidates if _edits_within(name.lower(), c, NEAR_MISS_EDITS))
         if close:
             role = _role_of(close[0], roles)
             where = f" see roles/{role}/README.md" if role else ""
