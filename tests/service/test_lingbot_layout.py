@@ -266,3 +266,11 @@ def test_restarts_follow_the_files_each_instance_reads() -> None:
     assert layout.instances_to_restart(changed, ["numa0", "numa1"], False) == ["numa1"]
     assert layout.instances_to_restart([], ["numa1", "numa0"], True) == ["numa0", "numa1"]
     assert layout.instances_to_restart([layout.dropin_path("numa0")], ["numa0"], False) == ["numa0"]
+
+
+@pytest.mark.parametrize("word", ["a\nb", "a\rb", "tab\there", "nel\x85", "ls\u2028x", "nul\x00"])
+def test_a_word_with_a_control_character_has_no_safe_form(word: str) -> None:
+    with pytest.raises(layout.SystemdTextError, match="holds the control character"):
+        layout.systemd_word(word)
+    with pytest.raises(layout.LayoutError, match=r"^ExecStart: .* start a new directive"):
+        layout.command_text(["/usr/bin/python3", word])
