@@ -35,6 +35,12 @@ description:
   - Nothing is written when an override, the model directory, an instance name or the
     units are wrong; the units are checked with C(systemd-analyze verify) in a temporary
     directory before they land, in check mode too.
+  - Whatever O(verify_units) says, every value that lands in a unit is checked for its
+    kind first (C(lingbot_fleet.values) - user and group names, the model path, words
+    without a control character, ports from 1 to 65535, the plan's GPU UUIDs), so no value
+    can start a new line or directive; and a listener beyond loopback without O(api_key),
+    or an O(api_key) the readiness check would send to another host, fails the module
+    before any change.
   - plan.json is left as it is when it differs only in the probe's timestamp.
   - Only directories under C(/etc/lingbot) that hold the toolkit's marker (or a
     C(config.yaml) with the toolkit's header) are taken for stale instances; a stale
