@@ -741,6 +741,42 @@ UNIT_CASES = [
     ),
 ]
 
+# --- the API key of the rollout gate's load: the lingbot_chat_load module -----------------
+
+
+def chat_load(**args: Any) -> Runner:
+    def run(monkeypatch: pytest.MonkeyPatch, root: Path) -> list[str]:
+        module = role_module("rollout_gate", "lingbot_chat_load")
+        arguments = {"instances": [{"name": "main", "port": 8000}], "root": str(root), **args}
+        result = run_module(monkeypatch, module, arguments)
+        assert result["failed"], result
+        return [result["msg"]]
+
+    return run
+
+
+CHAT_LOAD_CASES = [
+    (
+        "chat load: the API key as a list",
+        {},
+        chat_load(api_key=["s3cret"]),
+        [
+            "invalid chat load settings: lingbot_service_api_key is a list, not a string; give "
+            'the key itself as one string (from a vault), or "" for none'
+        ],
+    ),
+    (
+        "chat load: the API key to an address that is not the node's",
+        {},
+        chat_load(api_key="s3cret", host="192.0.2.1"),
+        [
+            "invalid chat load settings: lingbot_service_health_host '192.0.2.1' is not an "
+            "address of this node: the load would send lingbot_service_api_key over plain HTTP "
+            "off the node. Use 127.0.0.1, or the address LingBot listens on"
+        ],
+    ),
+]
+
 # --- rollout batch specs: what the rollout_batches action plugin computes -----------------
 
 BATCH_LIST = "rollout_batches must be a non-empty list of host counts and percentages, e.g. "
@@ -816,6 +852,7 @@ CASES = (
     + GENERATION_CASES
     + OVERRIDE_CASES
     + UNIT_CASES
+    + CHAT_LOAD_CASES
     + BATCH_CASES
 )
 
