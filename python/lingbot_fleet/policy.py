@@ -229,12 +229,11 @@ def near_miss_problems(
     name, whatever the number of role variables.
     """
     roles = sorted(role_specs)
-    known = {name for spec in role_specs.values() for name in spec}
-    known |= set(REMOVED_VARIABLES) | set(PLAY_WIDE_VARIABLES)
+    known = {name for spec in role_specs.values() for name in spec} | set(PLAY_WIDE_VARIABLES)
     index = _deletion_index(frozenset(known))
     problems = []
     for name in sorted(variables):
-        if not isinstance(name, str) or name in known or _role_of(name, roles) is not None:
+        if name in known or name in REMOVED_VARIABLES or _role_of(name, roles) is not None:
             continue
         candidates: set[str] = set()
         for variant in _deletions(name.lower(), NEAR_MISS_EDITS):
