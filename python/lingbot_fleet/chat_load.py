@@ -34,7 +34,7 @@ from http.client import HTTPConnection, HTTPException
 from typing import Any
 
 from .lingbot_layout import PLAN_PATH
-from .warmup import CHAT_PATH
+from .warmup import CHAT_PATH, key_may_go_to
 
 REFERENCE = "reference"
 FIRST_TOKEN = "first_token"
@@ -244,6 +244,8 @@ def chat_request(
     text says why. Timed from connecting to the last byte of the answer."""
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
     if api_key:
+        if not key_may_go_to(host):
+            return None, 0.0, f"not sending the API key to {host}:{port}: not this node's own"
         headers["Authorization"] = f"Bearer {api_key}"
     started = time.monotonic()
     connection = HTTPConnection(host, port, timeout=timeout_s)

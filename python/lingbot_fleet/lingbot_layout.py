@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import values
 from .hardening import SERVER_SANDBOX
 from .systemd_text import SystemdTextError, systemd_word
 from .systemd_text import split_systemd_words as split_words
@@ -196,7 +197,9 @@ VALUE_FLAGS = (
     Flag.MAX_NEW_TOKENS,
     Flag.BALANCER_CONFIG,
 )
-DEFAULT_HOST = "0.0.0.0"
+# Loopback: LingBot serves beyond the node only when lingbot_service_listen_host says so
+# (and then only with an API key, values.service_exposure).
+DEFAULT_HOST = "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -292,9 +295,26 @@ class ExecStart:
         return command_text(self.argv())
 
 
-def command_text(argv: Sequence[str]) -> str:
-    """A command line as an Exec*= value of a unit file, each word quoted for systemd."""
-    return " ".join(systemd_word(word) for word in argv)
+def command_text(argv: Sequence[str], what: str = "ExecStart") -> str:
+    """A command line as an Exec*= value of a unit file, each word quoted for systemd;
+    LayoutError (naming ``what``) for a word that cannot stand in a unit line."""
+    return " ".join(unit_word(word, what) for word in argv)
+
+
+def unit_word(word: str, what: str) -> str:
+    """``systemd_word``, its refusal a LayoutError naming ``what``."""
+    try:
+        return systemd_word(word)
+    except SystemdTextError as error:
+        raise LayoutError(f"{what}: {error}") from None
+
+
+def _checked(check: Any, value: Any, what: str) -> Any:
+    """A values.py validator's answer, its refusal a LayoutError."""
+    try:
+        return check(value, what)
+    except ValueError as error:
+        raise LayoutError(str(error)) from None
 
 
 def threshold_text(gbytes_per_s: float) -> str:
@@ -427,33 +447,47 @@ def warm_up_lines(instance: Mapping[str, Any], launch: Launch) -> list[str]:
         "# activating until LingBot answers one-token chat completions in steady time.",
         f"TimeoutStartSec={launch.warm_up_timeout_s + WARM_UP_TIMEOUT_MARGIN_S}",
         "ExecStartPre=",
-        "ExecStartPre=" + command_text(gpus),
+        "ExecStartPre=" + command_text(gpus, "ExecStartPre"),
         "ExecStartPost=",
-        "ExecStartPost=" + command_text(ready),
+        "ExecStartPost=" + command_text(ready, "ExecStartPost"),
     ]
 
 
-def comment(text: str) -> list[str]:
+def comment(text: str, what: str = "header") -> list[str]:
+    """Comment lines, one per line of ``text``; LayoutError for a control character other
+    than the line breaks (a lone carriage return would hide the rest of the line)."""
+    for line in text.split("\n"):
+        _checked(values.unit_text, line, what)
     return [f"# {line}".rstrip() for line in text.splitlines()]
 
 
 def dropin_text(instance: Mapping[str, Any], launch: Launch, header: str = "") -> str:
-    """The drop-in holding one instance's GPUs (by UUID, plan order) and its ExecStart."""
-    gpus = ", ".join(str(gpu) for gpu in instance["gpus"])
+    """The drop-in holding one instance's GPUs (by UUID, plan order) and its ExecStart.
+
+    Every value from the plan (and so from the node: GPU UUIDs, NUMA node) is checked for
+    its kind first, so none can end a line and start a directive; LayoutError otherwise."""
+    name = check_instance_name(instance["name"])
+    where = f"plan instance {name}"
+    _checked(values.tcp_port, instance["port"], f"{where}: port")
+    gpus = _checked(values.unit_text, ", ".join(str(gpu) for gpu in instance["gpus"]), where)
+    node = _checked(values.unit_text, str(instance["numa_node"]), f"{where}: numa_node")
+    gpus_argument = _checked(
+        values.unit_text, str(instance["gpus_argument"]), f"{where}: gpus_argument"
+    )
     environment = instance["environment"]
     lines = [
         *comment(header),
-        f"# Instance {instance['name']} of the plan ({PLAN_PATH}): GPU {gpus} "
-        f"(NVML indices, primary first) on NUMA node {instance['numa_node']}.",
+        f"# Instance {name} of the plan ({PLAN_PATH}): GPU {gpus} "
+        f"(NVML indices, primary first) on NUMA node {node}.",
         f"# CUDA_VISIBLE_DEVICES lists their UUIDs in that order, so {Flag.GPUS} "
-        f"{instance['gpus_argument']} keeps it.",
+        f"{gpus_argument} keeps it.",
         "[Service]",
         *(
-            "Environment=" + systemd_word(f"{key}={environment[key]}")
+            "Environment=" + unit_word(f"{key}={environment[key]}", f"{where}: {key}")
             for key in ("CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES")
         ),
         "ExecStart=",
-        "ExecStart=" + exec_start(instance, launch).text(),
+        "ExecStart=" + command_text(exec_start(instance, launch).argv(), f"{where}: ExecStart"),
         *warm_up_lines(instance, launch),
     ]
     return "\n".join(lines) + "\n"
@@ -475,7 +509,17 @@ class UnitSettings:
 
 
 def template_text(service: UnitSettings, header: str = "") -> str:
-    """``lingbot@.service``: what every instance shares; the drop-ins add the rest."""
+    """``lingbot@.service``: what every instance shares; the drop-ins add the rest.
+
+    The names and the path written bare (User=, Group=, SupplementaryGroups=,
+    AssertPathIsDirectory=) are checked for their kind; LayoutError otherwise."""
+    user = _checked(values.posix_name, service.user, "lingbot_service_user")
+    group = _checked(values.posix_name, service.group, "lingbot_service_group")
+    device_groups = [
+        _checked(values.posix_name, name, f"lingbot_service_device_groups[{index}]")
+        for index, name in enumerate(service.device_groups)
+    ]
+    model_path = _checked(values.unit_path, service.model_path, "lingbot_service_model_path")
     lines = [
         *comment(header),
         f"# LingBot, one instance per plan instance ({PLAN_PATH}). This template holds",
@@ -486,7 +530,7 @@ def template_text(service: UnitSettings, header: str = "") -> str:
         f"Documentation=file://{PLAN_PATH}",
         "After=network-online.target nvidia-persistenced.service",
         "Wants=network-online.target nvidia-persistenced.service",
-        f"AssertPathIsDirectory={service.model_path}",
+        f"AssertPathIsDirectory={model_path}",
         f"# At most {service.start_limit_burst} starts in {service.start_limit_interval_s} s, "
         "then systemd gives up until the role runs again (it resets the count).",
         f"StartLimitIntervalSec={service.start_limit_interval_s}",
@@ -494,14 +538,15 @@ def template_text(service: UnitSettings, header: str = "") -> str:
         "",
         "[Service]",
         "Type=simple",
-        f"User={service.user}",
-        f"Group={service.group}",
+        f"User={user}",
+        f"Group={group}",
     ]
-    if service.device_groups:
-        lines.append("SupplementaryGroups=" + " ".join(service.device_groups))
+    if device_groups:
+        lines.append("SupplementaryGroups=" + " ".join(device_groups))
     lines.append("Environment=" + systemd_word(f"HOME={STATE_DIR}"))
     if service.pythonpath:
-        lines.append("Environment=" + systemd_word(f"PYTHONPATH={service.pythonpath}"))
+        pythonpath = f"PYTHONPATH={service.pythonpath}"
+        lines.append("Environment=" + unit_word(pythonpath, "lingbot_service_pythonpath"))
     lines += [
         "Environment=PYTHONUNBUFFERED=1",
         "# Secrets (the API key), mode 0600, absent when there are none.",

@@ -9,6 +9,7 @@ replaced them) and contradictions between variables, before any play touches a n
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from typing import Any
 
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+from . import values
 
 # Variables that existed once: name -> what to use instead.
 _FIXED_LAYOUT = (
@@ -40,6 +43,29 @@ PLAY_WIDE_VARIABLES: dict[str, str] = {
 
 Contradiction = Callable[[Mapping[str, Any]], list[str]]
 CONTRADICTIONS: dict[str, Contradiction] = {}
+
+# Variables checked by their kind's validator (lingbot_fleet.values), the same one the
+# module that writes the value calls. Typed ones see the value as the argument spec
+# converts it (extra-vars arrive as text); raw ones see it as given, since the spec's
+# str would turn a mapping into its Python repr.
+Validator = Callable[[Any, str], Any]
+TYPED_VALUE_CHECKS: dict[str, Validator] = {
+    "lingbot_service_user": values.posix_name,
+    "lingbot_service_group": values.posix_name,
+    "lingbot_service_listen_host": values.listen_host,
+    "lingbot_service_health_host": values.listen_host,
+    "lingbot_service_base_port": values.tcp_port,
+}
+TYPED_LIST_CHECKS: dict[str, Validator] = {
+    "lingbot_service_device_groups": values.posix_name,
+}
+RAW_VALUE_CHECKS: dict[str, Validator] = {
+    "lingbot_service_api_key": values.api_key,
+}
+# An unknown name one edit from a known one (insert, delete, replace, swap of two
+# neighbours; case ignored) is a typo of it: the value would be ignored and the known
+# variable keep its default, silently.
+NEAR_MISS_EDITS = 1
 
 
 @dataclass(frozen=True)
@@ -93,6 +119,7 @@ def check_policy(
         if role is not None and name not in REMOVED_VARIABLES:
             by_role[role][name] = value
     problems += unsafe_value_problems(variables, role_specs)
+    problems += near_miss_problems(variables, role_specs)
     for role, params in by_role.items():
         spec = dict(role_specs[role])
         for name in sorted(set(params) - set(spec)):
@@ -105,6 +132,10 @@ def check_policy(
                 )
             )
             params.pop(name)
+        raw_problems = _value_problems(params, RAW_VALUE_CHECKS, {})
+        problems += raw_problems
+        for problem in raw_problems:
+            params.pop(problem.variable)
         result = ArgumentSpecValidator(spec).validate(dict(params))
         for error in result.errors:
             message = str(error)
@@ -112,10 +143,113 @@ def check_policy(
             problems.append(
                 PolicyProblem(variable, f"{message} (fix it in the inventory or -e; role {role})")
             )
+        if not result.error_messages:
+            typed = {name: result.validated_parameters[name] for name in params}
+            value_problems = _value_problems(typed, TYPED_VALUE_CHECKS, TYPED_LIST_CHECKS)
+            problems += value_problems
+            if value_problems:
+                continue
         check = CONTRADICTIONS.get(role)
-        if check is not None and not result.error_messages:
+        if check is not None and not result.error_messages and not raw_problems:
             merged = {**_defaults(spec), **params}
             problems.extend(PolicyProblem(role, message) for message in check(merged))
+    return problems
+
+
+def _value_problems(
+    params: Mapping[str, Any],
+    checks: Mapping[str, Validator],
+    list_checks: Mapping[str, Validator],
+) -> list[PolicyProblem]:
+    problems = []
+    for name in sorted(params):
+        value = params[name]
+        try:
+            if name in checks:
+                checks[name](value, name)
+            elif name in list_checks and isinstance(value, list):
+                for index, item in enumerate(value):
+                    list_checks[name](item, f"{name}[{index}]")
+        except ValueError as error:
+            variable, _colon, message = str(error).partition(": ")
+            if not _colon or not variable.startswith(name):
+                variable, message = name, str(error).removeprefix(f"{name} ")
+            problems.append(PolicyProblem(variable, message))
+    return problems
+
+
+def _edits_within(first: str, second: str, limit: int) -> bool:
+    """Whether at most ``limit`` edits (insert, delete, replace, swap of neighbours) turn
+    ``first`` into ``second``; a band of the optimal string alignment table."""
+    if abs(len(first) - len(second)) > limit:
+        return False
+    previous2: list[int] = []
+    previous = list(range(len(second) + 1))
+    for i in range(1, len(first) + 1):
+        current = [i] + [limit + 1] * len(second)
+        for j in range(max(1, i - limit), min(len(second), i + limit) + 1):
+            cost = 0 if first[i - 1] == second[j - 1] else 1
+            best = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + cost)
+            if i > 1 and j > 1 and first[i - 1] == second[j - 2] and first[i - 2] == second[j - 1]:
+                best = min(best, previous2[j - 2] + 1)
+            current[j] = best
+        if min(current) > limit:
+            return False
+        previous2, previous = previous, current
+    return previous[len(second)] <= limit
+
+
+def _deletions(name: str, depth: int) -> set[str]:
+    found = {name}
+    for _ in range(depth):
+        found |= {word[:i] + word[i + 1 :] for word in found for i in range(len(word))}
+    return found
+
+
+@functools.lru_cache(maxsize=4)
+def _deletion_index(known: frozenset[str]) -> dict[str, frozenset[str]]:
+    """Each known name, less up to one character -> the names it comes from (built once
+    per set of role specs: every host of a run asks with the same one)."""
+    index: dict[str, set[str]] = {}
+    for name in known:
+        for variant in _deletions(name.lower(), NEAR_MISS_EDITS):
+            index.setdefault(variant, set()).add(name)
+    return {variant: frozenset(names) for variant, names in index.items()}
+
+
+def near_miss_problems(
+    variables: Mapping[str, Any], role_specs: Mapping[str, Mapping[str, Any]]
+) -> list[PolicyProblem]:
+    """Unknown names that are a typo of a role variable, also where the typo is in the role
+    prefix (lingbot_servce_api_key): refused with "did you mean <name>?".
+
+    Names under a role's prefix are checked per role in check_policy; this covers the rest.
+    Candidates come from shared deletions (each name less up to one character: one edit
+    leaves the two names a deletion in common), so the check costs a few set lookups per
+    name, whatever the number of role variables.
+    """
+    roles = sorted(role_specs)
+    known = {name for spec in role_specs.values() for name in spec} | set(PLAY_WIDE_VARIABLES)
+    index = _deletion_index(frozenset(known))
+    problems = []
+    for name in sorted(variables):
+        if name in known or name in REMOVED_VARIABLES or _role_of(name, roles) is not None:
+            continue
+        candidates: set[str] = set()
+        for variant in _deletions(name.lower(), NEAR_MISS_EDITS):
+            candidates |= index.get(variant, frozenset())
+        close = sorted(c for c in candidates if _edits_within(name.lower(), c, NEAR_MISS_EDITS))
+        if close:
+            role = _role_of(close[0], roles)
+            where = f" see roles/{role}/README.md" if role else ""
+            problems.append(
+                PolicyProblem(
+                    name,
+                    f"unknown variable, a near miss of a role variable (did you mean "
+                    f"{close[0]}?{where}); as it is, its value is ignored and {close[0]} keeps "
+                    "its default. Rename it",
+                )
+            )
     return problems
 
 
@@ -196,6 +330,19 @@ def play_wide_problems(
         for name, meaning in PLAY_WIDE_VARIABLES.items()
         if name in variables and name not in extra_vars
     ]
+
+
+@contradiction("lingbot_service")
+def _lingbot_service_contradictions(variables: Mapping[str, Any]) -> list[str]:
+    try:
+        values.service_exposure(
+            variables["lingbot_service_listen_host"],
+            variables["lingbot_service_api_key"],
+            variables["lingbot_service_health_host"],
+        )
+    except ValueError as error:
+        return [str(error)]
+    return []
 
 
 def _defaults(spec: Mapping[str, Any]) -> dict[str, Any]:

@@ -61,7 +61,8 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "user": {"type": "str", "default": "lingbot"},
     "group": {"type": "str", "default": "lingbot"},
     "device_groups": {"type": "list", "elements": "str", "default": ["video"]},
-    "api_key": {"type": "str", "default": "", "no_log": True},
+    # raw: a mapping or a list is refused by values.api_key, not turned into its text.
+    "api_key": {"type": "raw", "default": "", "no_log": True},
     "config_overrides": {"type": "dict", "default": {}},
     "hardening": {"type": "bool", "default": True},
     "restart_delay_s": {"type": "int", "default": 5},

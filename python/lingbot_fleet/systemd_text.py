@@ -2,7 +2,9 @@
 
 Stdlib-only (used on nodes by the modules that write units). One place for the quoting
 of ExecStart= and Environment= words: quotes around words with blanks, quotes,
-backslashes or ';', '%' and '$' doubled so that systemd expands nothing.
+backslashes or ';', '%' and '$' doubled so that systemd expands nothing. A word with a
+control character (a newline above all, which would end the line inside the quotes and
+start a new directive) has no safe form and is refused.
 """
 
 from __future__ import annotations
@@ -15,10 +17,21 @@ class SystemdTextError(ValueError):
 
 
 _NEEDS_QUOTES = re.compile(r"[\s\"'\\;]")
+# C0 and C1 controls, DEL and the Unicode line separators: none may stand in a unit line.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def systemd_word(word: str) -> str:
-    """One word of a unit's command line or assignment, as systemd reads it back."""
+    """One word of a unit's command line or assignment, as systemd reads it back.
+
+    Raises SystemdTextError for a word holding a control character (newline, tab, ...).
+    """
+    control = _CONTROL.search(word)
+    if control:
+        raise SystemdTextError(
+            f"{word!r} holds the control character {control.group()!r}, which would end the "
+            "line in a systemd unit and start a new directive; remove it"
+        )
     if word == "" or _NEEDS_QUOTES.search(word):
         word = '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return word.replace("%", "%%").replace("$", "$$")

@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import ipaddress
 import json
 import os
+import socket
 import sys
 import time
 from http.client import HTTPConnection, HTTPException
@@ -262,6 +264,25 @@ def warm_gpus(library: str, pairs: list[tuple[int, int]]) -> list[str]:
 # --- ready: the server ---------------------------------------------------------------------
 
 
+def key_may_go_to(host: str) -> bool:
+    """Whether the API key may be sent to ``host`` over plain HTTP: only when every address
+    it names is this node's own (loopback, or an address this node can bind), so the
+    request never leaves the node."""
+    try:
+        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return False
+    for family, kind, _proto, _name, where in found:
+        if ipaddress.ip_address(where[0].split("%", 1)[0]).is_loopback:
+            continue
+        try:
+            with socket.socket(family, kind) as probe:
+                probe.bind((where[0], 0))
+        except OSError:
+            return False
+    return bool(found)
+
+
 def request(
     host: str,
     port: int,
@@ -273,7 +294,14 @@ def request(
     api_key: str = "",
 ) -> tuple[int | None, str]:
     """(status, text) of one request to LingBot; (None, reason) when there is no answer.
-    Also the lingbot_service module's readiness check."""
+    Also the lingbot_service module's readiness check. WarmUpError, sending nothing, when
+    ``api_key`` would go to an address that is not this node's own (``key_may_go_to``)."""
+    if api_key and not key_may_go_to(host):
+        raise WarmUpError(
+            f"not sending {API_KEY_VARIABLE} to {host}:{port} over plain HTTP: it is not an "
+            "address of this node. Check LingBot on loopback (lingbot_service_health_host: "
+            "127.0.0.1) or on the address it listens on"
+        )
     headers = {"Accept": "*/*"}
     payload = None
     if body is not None:

@@ -622,6 +622,162 @@ OVERRIDE_CASES = [
     ),
 ]
 
+# --- unit values and exposure: the lingbot_service module ----------------------------------
+# Each refused before anything is written, with lingbot_service_verify_units off (no
+# systemd-analyze to catch a second directive), in the order the module checks.
+
+INJECTED = "ExecCondition=+/bin/sh -c id"
+NOTHING = " Nothing was written."
+UNIT_LINE = "which would end the line in a systemd unit and start a new directive; remove it"
+
+
+def node_plan(uuid: str | None = None, port: int | None = None) -> dict[str, Any]:
+    """The a6000-phb plan, from facts and probe whose first GPU reports ``uuid``."""
+    facts, probe = plan_support.lab_inputs("a6000-phb")
+    if uuid is not None:
+        old, new = facts["gpus"][0]["uuid"], json.dumps(uuid)[1:-1]
+        facts = json.loads(json.dumps(facts).replace(old, new))
+        probe = json.loads(json.dumps(probe).replace(old, new))
+    plan = build_plan(facts, probe, {})
+    if port is not None:
+        plan["instances"][0]["port"] = port
+    return plan
+
+
+def service_refusal(**args: Any) -> Runner:
+    def run(monkeypatch: pytest.MonkeyPatch, root: Path) -> list[str]:
+        module = role_module("lingbot_service", "lingbot_service")
+        arguments = {
+            "plan": args.pop("plan", None) or service_plan(),
+            "root": str(root),
+            "model_path": "/srv/model",
+            "numactl": "/usr/bin/numactl",
+            "verify_units": False,
+            **args,
+        }
+        result = run_module(monkeypatch, module, arguments)
+        assert result["failed"] and result.get("changed_paths", []) == [], result
+        return [result["msg"]]
+
+    return run
+
+
+def unit_case(name: str, args: dict[str, Any], message: str) -> tuple:
+    return (name, SERVICE_NODE, service_refusal(**args), [message])
+
+
+UNIT_CASES = [
+    unit_case(
+        "service: every interface without an API key",
+        {"listen_host": "0.0.0.0"},
+        "lingbot_service_listen_host is '0.0.0.0', which serves LingBot beyond this node, but "
+        "lingbot_service_api_key is empty, so anyone who reaches the port could use it. Set "
+        "lingbot_service_api_key (kept in a vault), or leave lingbot_service_listen_host at "
+        "127.0.0.1 (the default)." + NOTHING,
+    ),
+    unit_case(
+        "service: the API key as a mapping",
+        {"listen_host": "0.0.0.0", "api_key": {"vault": "lingbot"}},
+        "lingbot_service_api_key is a mapping, not a string; give the key itself as one string "
+        '(from a vault), or "" for none.' + NOTHING,
+    ),
+    unit_case(
+        "service: the API key with a line break",
+        {"api_key": "s3cret\nLD_PRELOAD=/tmp/x.so"},
+        "lingbot_service_api_key holds the control character '\\n'; a key is one word of "
+        "visible ASCII characters (it goes into an environment file and an HTTP header). Give "
+        "such a key." + NOTHING,
+    ),
+    unit_case(
+        "service: the API key sent to another host",
+        {"api_key": "s3cret", "health_host": "203.0.113.7"},
+        "lingbot_service_health_host is '203.0.113.7', neither a loopback address nor "
+        "lingbot_service_listen_host ('127.0.0.1'): the readiness check and the warm-up would "
+        "send lingbot_service_api_key there over plain HTTP. Set lingbot_service_health_host "
+        "to 127.0.0.1, or to the address in lingbot_service_listen_host." + NOTHING,
+    ),
+    unit_case(
+        "service: a user that starts a directive",
+        {"user": f"lingbot\n{INJECTED}"},
+        f"lingbot_service_user: 'lingbot\\n{INJECTED}' is not a user or group name; use "
+        "letters, digits, '_' and '-', starting with a letter or '_', at most 32 characters "
+        "(e.g. lingbot)." + NOTHING,
+    ),
+    unit_case(
+        "service: a device group with a blank",
+        {"device_groups": ["video", "render wheel"]},
+        "lingbot_service_device_groups[1]: 'render wheel' is not a user or group name; use "
+        "letters, digits, '_' and '-', starting with a letter or '_', at most 32 characters "
+        "(e.g. lingbot)." + NOTHING,
+    ),
+    unit_case(
+        "service: a model path that starts a directive",
+        {"model_path": f"/srv/model\n{INJECTED}"},
+        f"lingbot_service_model_path: '/srv/model\\n{INJECTED}' holds the control character "
+        f"'\\n', {UNIT_LINE}." + NOTHING,
+    ),
+    unit_case(
+        "service: an extra argument that starts a root ExecCondition",
+        {"extra_args": ["--verbose", f"--batch-size=8\n{INJECTED}"]},
+        f"lingbot_service_extra_args[1]: '--batch-size=8\\n{INJECTED}' holds the control "
+        f"character '\\n', {UNIT_LINE}." + NOTHING,
+    ),
+    unit_case(
+        "service: a comment header with a carriage return",
+        {"header": f"managed\r{INJECTED}"},
+        f"header: 'managed\\r{INJECTED}' holds the control character '\\r', {UNIT_LINE}",
+    ),
+    unit_case(
+        "service: a GPU UUID read from the node that starts a root ExecCondition",
+        {"plan": node_plan(uuid=f"GPU-1\n{INJECTED}")},
+        f"plan instance main: CUDA_VISIBLE_DEVICES: 'CUDA_VISIBLE_DEVICES=GPU-1\\n{INJECTED},"
+        "GPU-11540733-53c6-4b27-9b89-a46dfe945aec' holds the control character '\\n', "
+        f"{UNIT_LINE}",
+    ),
+    unit_case(
+        "service: a port above 65535",
+        {"plan": node_plan(port=70000)},
+        "plan instance main: port: 70000 is not a TCP port; give an integer from 1 to 65535 "
+        "(with several instances, the last one's port is base port + instances - 1)",
+    ),
+]
+
+# --- the API key of the rollout gate's load: the lingbot_chat_load module -----------------
+
+
+def chat_load(**args: Any) -> Runner:
+    def run(monkeypatch: pytest.MonkeyPatch, root: Path) -> list[str]:
+        module = role_module("rollout_gate", "lingbot_chat_load")
+        arguments = {"instances": [{"name": "main", "port": 8000}], "root": str(root), **args}
+        result = run_module(monkeypatch, module, arguments)
+        assert result["failed"], result
+        return [result["msg"]]
+
+    return run
+
+
+CHAT_LOAD_CASES = [
+    (
+        "chat load: the API key as a list",
+        {},
+        chat_load(api_key=["s3cret"]),
+        [
+            "invalid chat load settings: lingbot_service_api_key is a list, not a string; give "
+            'the key itself as one string (from a vault), or "" for none'
+        ],
+    ),
+    (
+        "chat load: the API key to an address that is not the node's",
+        {},
+        chat_load(api_key="s3cret", host="192.0.2.1"),
+        [
+            "invalid chat load settings: lingbot_service_health_host '192.0.2.1' is not an "
+            "address of this node: the load would send lingbot_service_api_key over plain HTTP "
+            "off the node. Use 127.0.0.1, or the address LingBot listens on"
+        ],
+    ),
+]
+
 # --- rollout batch specs: what the rollout_batches action plugin computes -----------------
 
 BATCH_LIST = "rollout_batches must be a non-empty list of host counts and percentages, e.g. "
@@ -713,6 +869,8 @@ CASES = (
     + PLANNER_CASES
     + GENERATION_CASES
     + OVERRIDE_CASES
+    + UNIT_CASES
+    + CHAT_LOAD_CASES
     + BATCH_CASES
 )
 

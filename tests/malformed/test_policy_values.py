@@ -15,6 +15,16 @@ from lingbot_fleet.policy import check_policy, load_role_specs
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
 NEWLINE = "holds the control character '\\n' at position"
+EXPOSED = (
+    "lingbot_service: lingbot_service_listen_host is {host}, which serves LingBot beyond this "
+    "node, but lingbot_service_api_key is empty, so anyone who reaches the port could use it. "
+    "Set lingbot_service_api_key (kept in a vault), or leave lingbot_service_listen_host at "
+    "127.0.0.1 (the default)"
+)
+NOT_A_NAME = (
+    "is not a user or group name; use letters, digits, '_' and '-', starting with a letter or "
+    "'_', at most 32 characters (e.g. lingbot)"
+)
 
 CASES = [
     (
@@ -76,6 +86,73 @@ CASES = [
         "or name)",
     ),
     (
+        {"lingbot_servce_api_key": "s3cret"},
+        "lingbot_servce_api_key: unknown variable, a near miss of a role variable (did you "
+        "mean lingbot_service_api_key? see roles/lingbot_service/README.md); as it is, its "
+        "value is ignored and lingbot_service_api_key keeps its default. Rename it",
+    ),
+    (
+        {"LINGBOT_SERVICE_LISTEN_HOST": "0.0.0.0"},
+        "LINGBOT_SERVICE_LISTEN_HOST: unknown variable, a near miss of a role variable (did you "
+        "mean lingbot_service_listen_host? see roles/lingbot_service/README.md); as it is, its "
+        "value is ignored and lingbot_service_listen_host keeps its default. Rename it",
+    ),
+    (
+        {"kernl_cmdline_present": {"iommu": "pt"}},
+        "kernl_cmdline_present: unknown variable, a near miss of a role variable (did you mean "
+        "kernel_cmdline_present? see roles/kernel_cmdline/README.md); as it is, its value is "
+        "ignored and kernel_cmdline_present keeps its default. Rename it",
+    ),
+    (
+        {"lingbot_service_listen_host": "0.0.0.0"},
+        EXPOSED.format(host="'0.0.0.0'"),
+    ),
+    (
+        {"lingbot_service_listen_host": "10.0.0.5", "lingbot_service_api_key": ""},
+        EXPOSED.format(host="'10.0.0.5'"),
+    ),
+    (
+        {"lingbot_service_api_key": {"vault": "lingbot"}},
+        "lingbot_service_api_key: is a mapping, not a string; give the key itself as one string "
+        '(from a vault), or "" for none',
+    ),
+    (
+        {"lingbot_service_api_key": ["s3cret"]},
+        "lingbot_service_api_key: is a list, not a string; give the key itself as one string "
+        '(from a vault), or "" for none',
+    ),
+    (
+        {"lingbot_service_api_key": "two words"},
+        "lingbot_service_api_key: holds a blank or non-ASCII text; a key is one word of visible "
+        "ASCII characters (it goes into an environment file and an HTTP header). Give such a key",
+    ),
+    (
+        {"lingbot_service_api_key": "s3cret", "lingbot_service_health_host": "10.0.0.9"},
+        "lingbot_service: lingbot_service_health_host is '10.0.0.9', neither a loopback address "
+        "nor lingbot_service_listen_host ('127.0.0.1'): the readiness check and the warm-up "
+        "would send lingbot_service_api_key there over plain HTTP. Set "
+        "lingbot_service_health_host to 127.0.0.1, or to the address in "
+        "lingbot_service_listen_host",
+    ),
+    (
+        {"lingbot_service_listen_host": "0.0.0.0 --verbose"},
+        "lingbot_service_listen_host: '0.0.0.0 --verbose' is neither an IP address nor a host "
+        "name; give one, e.g. 127.0.0.1 or 10.0.0.5",
+    ),
+    (
+        {"lingbot_service_user": "lingbot.svc"},
+        f"lingbot_service_user: 'lingbot.svc' {NOT_A_NAME}",
+    ),
+    (
+        {"lingbot_service_device_groups": ["video", "render,wheel"]},
+        f"lingbot_service_device_groups[1]: 'render,wheel' {NOT_A_NAME}",
+    ),
+    (
+        {"lingbot_service_base_port": 70000},
+        "lingbot_service_base_port: 70000 is not a TCP port; give an integer from 1 to 65535 "
+        "(with several instances, the last one's port is base port + instances - 1)",
+    ),
+    (
         {"kernel_cmdline_present": {"iommu": "pt", "intel_iommu": True}},
         "kernel_cmdline: kernel_cmdline_present.intel_iommu is the YAML boolean True (YAML reads "
         'on, off, yes and no as booleans); quote the value, e.g. intel_iommu: "on"',
@@ -102,3 +179,16 @@ def specs():
 def test_malformed_value_is_refused_with_the_exact_message(variables, message, specs) -> None:
     problems = [str(problem) for problem in check_policy(variables, specs)]
     assert message in problems, problems
+
+
+def test_a_loopback_listener_without_a_key_and_an_exposed_one_with_a_key_pass(specs) -> None:
+    assert check_policy({"lingbot_service_listen_host": "127.0.0.1"}, specs) == []
+    exposed = {"lingbot_service_listen_host": "0.0.0.0", "lingbot_service_api_key": "s3cret"}
+    assert check_policy(exposed, specs) == []
+    own = {**exposed, "lingbot_service_listen_host": "10.0.0.5"}
+    assert check_policy({**own, "lingbot_service_health_host": "10.0.0.5"}, specs) == []
+
+
+def test_names_far_from_every_role_variable_are_left_alone(specs) -> None:
+    unrelated = {"ansible_user": "root", "inventory_hostname": "node1", "lingbot_plan": {}}
+    assert check_policy(unrelated, specs) == []

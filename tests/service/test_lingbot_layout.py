@@ -66,7 +66,7 @@ GPU-11540733-53c6-4b27-9b89-a46dfe945aec
 ExecStart=
 ExecStart=/usr/bin/numactl --cpunodebind=0 --membind=0 /usr/bin/python3 -m lingbot --config \
 /etc/lingbot/main/config.yaml --model-path /var/lib/lingbot/model --gpus 0,1 \
---peer-access-threshold 25 --host 0.0.0.0 --port 8000 --batch-size 8 --offload-kv
+--peer-access-threshold 25 --host 127.0.0.1 --port 8000 --batch-size 8 --offload-kv
 # Warm-up: contexts and peer mappings on the GPUs first; then the unit stays
 # activating until LingBot answers one-token chat completions in steady time.
 TimeoutStartSec=90
@@ -108,7 +108,7 @@ def test_exec_start_parses_back_from_the_dropin() -> None:
     assert parsed.entry == ("-m", "lingbot")
     assert parsed.gpus == (0, 1)
     assert parsed.port == 8000
-    assert parsed.value(layout.Flag.HOST) == "0.0.0.0"
+    assert parsed.value(layout.Flag.HOST) == "127.0.0.1"
     assert parsed.has(layout.Flag.OFFLOAD_KV)
 
 
@@ -118,7 +118,7 @@ def test_the_single_gpu_form_is_built_from_a_parsed_command() -> None:
         layout.Flag.PEER_ACCESS_THRESHOLD
     )
     assert single.gpus == (0,)
-    assert "--device gpu:0 --host 0.0.0.0 --port 8000" in single.text()
+    assert "--device gpu:0 --host 127.0.0.1 --port 8000" in single.text()
     assert "--gpus" not in single.text()
 
 
@@ -127,7 +127,7 @@ def test_the_stand_in_lingbot_accepts_the_command_line(profile: str, position: i
     argv = layout.exec_start(instance_of(profile, position), LAUNCH).argv()
     options = argv[argv.index("--config") :]
     parsed = build_parser().parse_args(options)
-    assert parsed.host == "0.0.0.0"
+    assert parsed.host == "127.0.0.1"
     assert parsed.port == 8000 + position
     assert parsed.batch_size == 8
     assert parsed.offload_kv is True
@@ -140,7 +140,9 @@ def test_a_command_line_the_role_did_not_write_is_refused() -> None:
         layout.parse_exec_start("/usr/bin/numactl --cpunodebind=0 --membind=0 /usr/bin/python3")
 
 
-words = st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc"))), min_size=1)
+words = st.lists(
+    st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp"))), min_size=1
+)
 
 
 @given(words)
@@ -264,3 +266,11 @@ def test_restarts_follow_the_files_each_instance_reads() -> None:
     assert layout.instances_to_restart(changed, ["numa0", "numa1"], False) == ["numa1"]
     assert layout.instances_to_restart([], ["numa1", "numa0"], True) == ["numa0", "numa1"]
     assert layout.instances_to_restart([layout.dropin_path("numa0")], ["numa0"], False) == ["numa0"]
+
+
+@pytest.mark.parametrize("word", ["a\nb", "a\rb", "tab\there", "nel\x85", "ls\u2028x", "nul\x00"])
+def test_a_word_with_a_control_character_has_no_safe_form(word: str) -> None:
+    with pytest.raises(layout.SystemdTextError, match="holds the control character"):
+        layout.systemd_word(word)
+    with pytest.raises(layout.LayoutError, match=r"^ExecStart: .* start a new directive"):
+        layout.command_text(["/usr/bin/python3", word])

@@ -271,7 +271,7 @@ def test_role_check_mode_shows_every_file_and_writes_nothing(
         "+++ after: /etc/systemd/system/lingbot@main.service.d/10-lingbot-fleet-plan.conf",
         f"+ExecStart={numactl} --cpunodebind=0 --membind=0 /usr/bin/python3 -m lingbot "
         f"--config /etc/lingbot/main/config.yaml --model-path {model} --gpus 0,1 "
-        "--peer-access-threshold 25 --host 0.0.0.0 --port 8000",
+        "--peer-access-threshold 25 --host 127.0.0.1 --port 8000",
     ):
         assert line in done.stdout.splitlines()
     result = saved("lingbot_service_result", tmp_path)

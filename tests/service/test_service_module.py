@@ -105,7 +105,7 @@ def test_first_call_writes_the_layout_and_the_second_changes_nothing(
     assert "/etc/lingbot/numa0/secrets.env" not in files
     dropin = files["/etc/systemd/system/lingbot@numa1.service.d/10-lingbot-fleet-plan.conf"][0]
     assert "--cpunodebind=1 --membind=1" in dropin
-    assert "--gpus 0,1,2,3 --peer-access-threshold 25 --host 0.0.0.0 --port 8001" in dropin
+    assert "--gpus 0,1,2,3 --peer-access-threshold 25 --host 127.0.0.1 --port 8001" in dropin
     assert json.loads(files["/etc/lingbot/plan.json"][0]) == args["plan"]
     # The warm-up: the program as the package holds it, run around every start.
     program = files[layout.WARM_UP_PROGRAM]
@@ -267,13 +267,13 @@ def test_a_failed_instance_is_reset_and_started(
 def test_the_api_key_is_quoted_kept_secret_and_removed_with_a_restart(
     monkeypatch: pytest.MonkeyPatch, node: dict[str, Any], ready: list[str]
 ) -> None:
-    key = 'k3y with "quotes" $HOME `x` \\ end'
+    key = 'k3y"quotes"$HOME`x`\\end'
     args = {**node, "plan": plan_of("a6000-phb"), "api_key": key}
     systemd = converged(monkeypatch, args)
     secrets = Path(node["root"]) / "etc" / "lingbot" / "main" / "secrets.env"
     assert (secrets.stat().st_mode & 0o777) == 0o600
     assert secrets.read_text().splitlines()[-1] == (
-        'LINGBOT_API_KEY="k3y with \\"quotes\\" \\$HOME \\`x\\` \\\\ end"'
+        'LINGBOT_API_KEY="k3y\\"quotes\\"\\$HOME\\`x\\`\\\\end"'
     )
     again = FakeSystemd(units=systemd.units)
     done = run(monkeypatch, {**args, "api_key": ""}, again)

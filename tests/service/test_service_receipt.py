@@ -223,7 +223,7 @@ def test_a_plan_the_module_would_refuse_is_not_answered_from_the_receipt(
         params = action_params({**node, "plan_inputs": inputs, **extra})
         return receipt_digest(service_options.receipt_options(params), None)
 
-    assert digest(listen_host="127.0.0.1") != digest()
+    assert digest(listen_host="::1") != digest()
     assert digest(plan_inputs=inputs_of("h100-sxm-nvswitch"), generation_run_id="run-9") == (
         digest()
     )

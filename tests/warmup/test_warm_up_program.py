@@ -208,3 +208,13 @@ def test_ready_waits_for_metrics_then_gives_up_naming_the_port() -> None:
     done = run_program("ready", "--port", str(port), "--timeout-s", "1")
     assert done.returncode == 1
     assert f"127.0.0.1:{port} did not answer GET /metrics with 200 in 1 s" in done.stderr
+
+
+def test_the_api_key_goes_only_to_an_address_of_this_node() -> None:
+    assert warmup.key_may_go_to("127.0.0.1")
+    assert warmup.key_may_go_to("localhost")
+    # TEST-NET-1 (RFC 5737): no node has it, so the request must not leave with the key.
+    assert not warmup.key_may_go_to("192.0.2.1")
+    refused = r"not sending LINGBOT_API_KEY to 192\.0\.2\.1:8000"
+    with pytest.raises(warmup.WarmUpError, match=refused):
+        warmup.request("192.0.2.1", 8000, "POST", warmup.CHAT_PATH, timeout_s=1.0, api_key="k")

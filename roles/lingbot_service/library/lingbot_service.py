@@ -35,6 +35,12 @@ description:
   - Nothing is written when an override, the model directory, an instance name or the
     units are wrong; the units are checked with C(systemd-analyze verify) in a temporary
     directory before they land, in check mode too.
+  - Whatever O(verify_units) says, every value that lands in a unit is checked for its
+    kind first (C(lingbot_fleet.values) - user and group names, the model path, words
+    without a control character, ports from 1 to 65535, the plan's GPU UUIDs), so no value
+    can start a new line or directive; and a listener beyond loopback without O(api_key),
+    or an O(api_key) the readiness check would send to another host, fails the module
+    before any change.
   - plan.json is left as it is when it differs only in the probe's timestamp.
   - Only directories under C(/etc/lingbot) that hold the toolkit's marker (or a
     C(config.yaml) with the toolkit's header) are taken for stale instances; a stale
@@ -132,9 +138,12 @@ options:
     type: path
     default: /usr/bin/numactl
   listen_host:
-    description: LingBot's C(--host), the address every instance listens on.
+    description:
+      - LingBot's C(--host), the address every instance listens on (an IP address or a
+        host name). Loopback by default; any other address needs O(api_key), or the module
+        fails before any change.
     type: str
-    default: 0.0.0.0
+    default: 127.0.0.1
   extra_args:
     description: Extra LingBot options for every instance, one word per item.
     type: list
@@ -154,8 +163,13 @@ options:
     elements: str
     default: [video]
   api_key:
-    description: LINGBOT_API_KEY for C(secrets.env) (0600); empty removes the file.
-    type: str
+    description:
+      - LINGBOT_API_KEY for C(secrets.env) (0600); empty removes the file. One word of
+        visible ASCII characters; a mapping, a list or a number is refused (not turned
+        into its text).
+      - Sent by the readiness check and the warm-up only to a loopback O(health_host) or
+        to the O(listen_host) address itself, never elsewhere over plain HTTP.
+    type: raw
     default: ""
   config_overrides:
     description: config.yaml keys merged on top of every instance's planned config.
@@ -203,7 +217,9 @@ options:
     type: bool
     default: true
   health_host:
-    description: The address the readiness check connects to, on the node.
+    description:
+      - The address the readiness check (and the warm-up) connects to, on the node. With
+        O(api_key), a loopback address or O(listen_host) itself.
     type: str
     default: 127.0.0.1
   journal_lines:
@@ -329,7 +345,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.lingbot_fleet import lingbot_layout as layout
-from ansible.module_utils.lingbot_fleet import receipts, service_options
+from ansible.module_utils.lingbot_fleet import receipts, service_options, values
 from ansible.module_utils.lingbot_fleet import warmup as warm_up_program
 from ansible.module_utils.lingbot_fleet.lingbot_config import ConfigError, build_config, to_yaml
 from ansible.module_utils.lingbot_fleet.nodefiles import (
@@ -382,6 +398,40 @@ class ServiceError(Exception):
 
 
 # --- inputs -------------------------------------------------------------------------------
+
+# Options written into the units as words (ExecStart, Environment=), checked for a line
+# break before anything; the role variable each comes from is lingbot_service_<option>.
+WORD_OPTIONS = ("python", "numactl", "pythonpath")
+WORD_LIST_OPTIONS = ("entry", "extra_args")
+
+
+def check_values(params: dict) -> None:
+    """Every option that lands in a unit, secrets.env or a request, checked for its kind
+    (lingbot_fleet.values, the policy check's validators) before any change; the API key
+    also replaced by its checked form. ServiceError naming the role variable otherwise."""
+
+    def variable(option: str) -> str:
+        return f"lingbot_service_{option}"
+
+    try:
+        params["api_key"] = values.api_key(params["api_key"], variable("api_key"))
+        for option in ("listen_host", "health_host"):
+            values.listen_host(params[option], variable(option))
+        values.service_exposure(params["listen_host"], params["api_key"], params["health_host"])
+        if params["readiness_only"]:
+            return
+        for option in ("user", "group"):
+            values.posix_name(params[option], variable(option))
+        for index, name in enumerate(params["device_groups"]):
+            values.posix_name(name, f"{variable('device_groups')}[{index}]")
+        values.unit_path(params["model_path"], variable("model_path"))
+        for option in WORD_OPTIONS:
+            values.unit_text(params[option], variable(option))
+        for option in WORD_LIST_OPTIONS:
+            for index, word in enumerate(params[option]):
+                values.unit_text(word, f"{variable(option)}[{index}]")
+    except ValueError as error:
+        raise ServiceError(f"{error}. Nothing was written.") from None
 
 
 def planned_instances(plan: dict, keys: tuple[str, ...]) -> list[dict]:
@@ -789,9 +839,12 @@ def readiness_once(params: dict, instance: dict, state: dict[str, str]) -> tuple
     if METRIC_NAME not in text:
         return "waiting", f"GET {METRICS_PATH} has no {METRIC_NAME}"
     chat = {"messages": [{"role": "user", "content": "lingbot-fleet readiness"}], "max_tokens": 1}
-    status, text = warm_up_program.request(
-        host, port, "POST", CHAT_PATH, timeout_s=REQUEST_TIMEOUT_S, body=chat, api_key=key
-    )
+    try:
+        status, text = warm_up_program.request(
+            host, port, "POST", CHAT_PATH, timeout_s=REQUEST_TIMEOUT_S, body=chat, api_key=key
+        )
+    except warm_up_program.WarmUpError as error:
+        return "failed", str(error)
     if status != 200:
         return "waiting", f"POST {CHAT_PATH} answered {status or ''} {text[:200]}".strip()
     try:
@@ -992,6 +1045,10 @@ def run_module() -> None:
     )
     params = module.params
     planned = None
+    try:
+        check_values(params)
+    except ServiceError as error:
+        module.fail_json(msg=str(error), instances=[], changed=False)
     if not params["readiness_only"]:
         drop_receipt(module)
     if params["plan_inputs"] is not None:

@@ -46,8 +46,10 @@ options:
   api_key:
     description:
       - Sent as the bearer token of the C(Authorization) header when not empty (the
-        instances' C(LINGBOT_API_KEY)).
-    type: str
+        instances' C(LINGBOT_API_KEY)); one string of visible ASCII characters (a mapping
+        or a list is refused). Sent only when O(host) is an address of this node
+        (loopback, or one the node can bind); otherwise the module fails before sending.
+    type: raw
     default: ""
   requests:
     description: Chat requests with the reference prompt per instance (1 to 10000).
@@ -125,6 +127,7 @@ skipped_in_check_mode:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.lingbot_fleet import values
 from ansible.module_utils.lingbot_fleet.chat_load import (
     ChatLoadError,
     LoadSettings,
@@ -134,6 +137,7 @@ from ansible.module_utils.lingbot_fleet.chat_load import (
     measure_instances,
 )
 from ansible.module_utils.lingbot_fleet.lingbot_layout import PLAN_PATH, on_root
+from ansible.module_utils.lingbot_fleet.warmup import key_may_go_to
 
 SETTING_OPTIONS = (
     "requests",
@@ -154,7 +158,8 @@ ARGUMENT_SPEC = {
         },
     },
     "host": {"type": "str", "default": "127.0.0.1"},
-    "api_key": {"type": "str", "default": "", "no_log": True},
+    # raw: a mapping or a list is refused by values.api_key, not turned into its text.
+    "api_key": {"type": "raw", "default": "", "no_log": True},
     "requests": {"type": "int", "default": 20},
     # Not secrets: "token" in these names counts LLM tokens (validate-modules asks).
     "first_token_requests": {"type": "int", "default": 10, "no_log": False},
@@ -198,6 +203,17 @@ def run_module() -> None:
     params = module.params
     settings = LoadSettings(**{name: params[name] for name in SETTING_OPTIONS})
     problems = settings.problems()
+    try:
+        params["api_key"] = values.api_key(params["api_key"], "lingbot_service_api_key")
+        values.listen_host(params["host"], "lingbot_service_health_host")
+    except ValueError as error:
+        problems.append(str(error))
+    if not problems and params["api_key"] and not key_may_go_to(params["host"]):
+        problems.append(
+            f"lingbot_service_health_host {params['host']!r} is not an address of this node: "
+            "the load would send lingbot_service_api_key over plain HTTP off the node. Use "
+            "127.0.0.1, or the address LingBot listens on"
+        )
     if problems:
         module.fail_json(msg="invalid chat load settings: " + "; ".join(problems))
     plan_found = None
