@@ -273,11 +273,12 @@ def key_may_go_to(host: str) -> bool:
     except (OSError, UnicodeError):
         return False
     for family, kind, _proto, _name, where in found:
-        if ipaddress.ip_address(where[0].split("%", 1)[0]).is_loopback:
+        address = str(where[0])
+        if ipaddress.ip_address(address.split("%", 1)[0]).is_loopback:
             continue
         try:
             with socket.socket(family, kind) as probe:
-                probe.bind((where[0], 0))
+                probe.bind((address, 0))
         except OSError:
             return False
     return bool(found)
