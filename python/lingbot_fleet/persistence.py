@@ -20,6 +20,7 @@ from typing import Any
 
 from .facts import sysfs
 from .facts.nvml import NvmlReader, NvmlUnavailableError, bus_id_from_nvml, load_pynvml
+from .nodefiles import NodeFileError
 
 NO_PERSISTENCE_FLAG = "--no-persistence-mode"
 DROPIN_NAME = "lingbot-fleet.conf"
@@ -343,8 +344,6 @@ def assess(
     """What the module would do on this node, with these options (``changes`` must be in
     check mode): the options, ``pending`` (its actions, one sentence each) and what it
     would report, or ``error`` when it would fail."""
-    from .nodefiles import NodeFileError  # noqa: PLC0415 (nodefiles imports more)
-
     assessment: dict[str, Any] = {
         "unit": unit,
         "dropin_dir": dropin_dir,

@@ -19,12 +19,14 @@ from typing import Any
 from ..bootfiles import read_boot_files
 from ..facts import gather_facts
 from ..generation_snapshot import read_generations
+from ..probe_saved import LATEST_NAME
+from ..state_dirs import GENERATIONS_DIR, PROBE_DIR
 
 NODE_SCHEMA_VERSION = 1
-DEFAULT_PROBE_PATH = "/var/lib/lingbot-fleet/probe/latest.json"
+DEFAULT_PROBE_PATH = f"{PROBE_DIR}/{LATEST_NAME}"
+DEFAULT_GENERATIONS_DIR = GENERATIONS_DIR
 DEFAULT_LINGBOT_DIR = "/etc/lingbot"
 DEFAULT_PLAN_PATH = "/etc/lingbot/plan.json"
-DEFAULT_GENERATIONS_DIR = "/var/lib/lingbot-fleet/generations"
 MAX_FILE_BYTES = 1 << 20
 
 

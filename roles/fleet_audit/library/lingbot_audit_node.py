@@ -86,7 +86,11 @@ node:
 
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.lingbot_fleet.audit.node import read_node
+from ansible.module_utils.lingbot_fleet.audit.node import (
+    DEFAULT_GENERATIONS_DIR,
+    DEFAULT_PROBE_PATH,
+    read_node,
+)
 
 
 def run_module() -> None:
@@ -96,10 +100,10 @@ def run_module() -> None:
             "nvml": {"type": "str", "choices": ["auto", "off"], "default": "auto"},
             "nvml_python_path": {"type": "list", "elements": "str", "default": []},
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
-            "probe_path": {"type": "path", "default": "/var/lib/lingbot-fleet/probe/latest.json"},
+            "probe_path": {"type": "path", "default": DEFAULT_PROBE_PATH},
             "lingbot_dir": {"type": "path", "default": "/etc/lingbot"},
             "plan_path": {"type": "path", "default": "/etc/lingbot/plan.json"},
-            "generations_dir": {"type": "path", "default": "/var/lib/lingbot-fleet/generations"},
+            "generations_dir": {"type": "path", "default": DEFAULT_GENERATIONS_DIR},
         },
         supports_check_mode=True,
     )
