@@ -49,7 +49,7 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "verify": {"type": "bool", "default": True},
     "verify_retries": {"type": "int", "default": 10},
     "verify_delay_s": {"type": "float", "default": 1},
-    "nvml": {"type": "str", "choices": ["auto", "off"], "default": "auto"},
+    "use_nvml": {"type": "bool", "default": True},
     "nvml_python_path": {"type": "list", "elements": "str", "default": []},
     "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
     "systemctl": {"type": "str", "default": "systemctl"},
@@ -511,7 +511,7 @@ class GpuRead:
 
 
 def read_gpus(
-    nvml: str,
+    use_nvml: bool,
     nvml_python_path: Sequence[str],
     smi_command: Sequence[str],
     root: str = "/",
@@ -519,7 +519,7 @@ def read_gpus(
     """Every GPU's persistence mode: NVML when pynvml imports and initializes, else nvidia-smi."""
     sysfs_bus_ids = sysfs.nvidia_gpu_bus_ids(root)
     notes: list[str] = []
-    if nvml == "auto":
+    if use_nvml:
         try:
             gpus = read_nvml_persistence(load_pynvml(nvml_python_path))
             return GpuRead(with_lost_gpus(gpus, sysfs_bus_ids), "nvml")

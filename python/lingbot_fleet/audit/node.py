@@ -100,7 +100,7 @@ def lingbot_section(root: str, lingbot_dir: str, plan_path: str) -> dict[str, An
 def read_node(
     *,
     root: str = "/",
-    nvml: str = "auto",
+    use_nvml: bool = True,
     nvml_python_path: Sequence[str] = (),
     smi_command: Sequence[str] = ("nvidia-smi",),
     probe_path: str = DEFAULT_PROBE_PATH,
@@ -115,7 +115,10 @@ def read_node(
         "schema_version": NODE_SCHEMA_VERSION,
         "facts": _section(
             lambda: gather_facts(
-                root=root, nvml=nvml, nvml_python_path=nvml_python_path, smi_command=smi_command
+                root=root,
+                use_nvml=use_nvml,
+                nvml_python_path=nvml_python_path,
+                smi_command=smi_command,
             )
         ),
         "kernel": _section(lambda: kernel_files(root)),

@@ -25,11 +25,10 @@ options:
     description: Directory read as C(/) (tests point it at a rendered lab tree).
     type: path
     default: /
-  nvml:
-    description: C(auto) uses NVML when pynvml imports; C(off) goes straight to nvidia-smi.
-    type: str
-    choices: [auto, "off"]
-    default: auto
+  use_nvml:
+    description: Read through NVML when pynvml imports; false reads with nvidia-smi.
+    type: bool
+    default: true
   nvml_python_path:
     description: Directories (patterns allowed) searched for pynvml.
     type: list
@@ -97,7 +96,7 @@ def run_module() -> None:
     module = AnsibleModule(
         argument_spec={
             "root": {"type": "path", "default": "/"},
-            "nvml": {"type": "str", "choices": ["auto", "off"], "default": "auto"},
+            "use_nvml": {"type": "bool", "default": True},
             "nvml_python_path": {"type": "list", "elements": "str", "default": []},
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
             "probe_path": {"type": "path", "default": DEFAULT_PROBE_PATH},
@@ -112,7 +111,7 @@ def run_module() -> None:
     smi = module.get_bin_path(params["nvidia_smi"]) or params["nvidia_smi"]
     node = read_node(
         root=params["root"],
-        nvml=params["nvml"],
+        use_nvml=params["use_nvml"],
         nvml_python_path=paths,
         smi_command=[smi],
         probe_path=params["probe_path"],
