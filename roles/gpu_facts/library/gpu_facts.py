@@ -46,7 +46,7 @@ options:
       - The p2p_probe save directory; its C(latest.json), validated as the probe reads it,
         is returned as C(ansible_facts.lingbot_saved_probe), so the p2p_probe action can
         reuse it without a module call of its own. The default is the probe's default
-        (C(lingbot_fleet.probe.DEFAULT_SAVE_DIR)).
+        (C(lingbot_fleet.state_dirs.PROBE_DIR)).
     type: path
     default: /var/lib/lingbot-fleet/probe
   pynvml_sha1:

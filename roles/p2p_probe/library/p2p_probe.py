@@ -70,7 +70,7 @@ options:
     default: all
   save_dir:
     description: Where latest.json and the timestamped copies are written
-      (C(lingbot_fleet.probe.DEFAULT_SAVE_DIR)).
+      (C(lingbot_fleet.state_dirs.PROBE_DIR)).
     type: path
     default: /var/lib/lingbot-fleet/probe
   keep:
