@@ -61,14 +61,15 @@ $(CHROMIUM):
 		chromium-headless-shell >/dev/null; }
 	test -x $@
 
-# The Ansible collection lingbot.fleet (tree and tarball in build/collection), the CLI wheel
-# that carries it (build/dist) and the execution environment's build context (context/),
-# all generated from this tree by collection/build.py. tests/collection builds its own copies.
+# The Ansible collection lingbot.fleet (tree and tarball in build/collection, by
+# collection/build.py), the CLI wheel that carries it (build/dist: the package's standard build,
+# which builds the collection into every wheel, as pip install . does) and the execution
+# environment's build context (context/). tests/collection builds its own copies.
 collection: setup
 	$(BIN)/python collection/build.py collection --output-dir build/collection
 
-wheel: collection
-	$(BIN)/python collection/build.py wheel --output-dir build/dist
+wheel: setup
+	$(BIN)/pip wheel --no-deps -q -w build/dist .
 
 ee-context: collection
 	$(BIN)/ansible-builder create --context context -f execution-environment.yml

@@ -31,12 +31,12 @@ from typing import Any
 import yaml
 
 from lingbot_fleet.playbook_run import run_playbook, task_profile
+from lingbot_fleet.state_dirs import GENERATIONS_DIR
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 LAB_INVENTORY = REPO / "inventory" / "lab" / "hosts.yml"
 GROUP = "gpu-nodes"
-GENERATIONS_DIR = "/var/lib/lingbot-fleet/generations"
 PARTS = ("site", "audit", "rollback", "rollout", "profile")
 
 

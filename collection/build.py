@@ -1,7 +1,12 @@
-"""Build the Ansible collection lingbot.fleet, and the CLI wheel that carries it.
+"""Build the Ansible collection lingbot.fleet, and stage the CLI package that carries it.
 
     python collection/build.py collection --output-dir build/collection
-    python collection/build.py wheel --collection build/collection --output-dir build/dist
+
+Every wheel of the package carries the collection: the package's build backend
+(collection/build_backend.py, named in pyproject.toml) builds the wheel from a staged copy
+of the package with the collection installed into ``lingbot_fleet/_collection``
+(``stage_package``), whether the wheel is built by ``pip install .``, from a git URL, by
+``make wheel`` or from an sdist.
 
 The collection is generated from the repository, never kept twice in git:
 
@@ -16,8 +21,10 @@ The collection is generated from the repository, never kept twice in git:
 - ``plugins/plugin_utils/lingbot_fleet``: the files the controller-side plugins import,
   and the path monitor's program (``lingbot_fleet.nodeapp`` builds it from there);
 - ``playbooks/``: the repository's playbooks and its ``site.yml``;
-- ``collection/`` (galaxy.yml, meta/, tests/, README.md, requirements.txt, bindep.txt),
-  with the package's version written into galaxy.yml.
+- ``collection/`` (meta/, tests/, README.md, requirements.txt, bindep.txt), and
+  ``collection/galaxy.source.yml`` as galaxy.yml, with the package's version written in.
+  collection/ is not a collection by itself: it has no galaxy.yml, so
+  ``ansible-galaxy collection build collection/`` refuses; ``make collection`` builds it.
 
 ``collection/tests/sanity/ignore-2.19.txt`` holds ansible-test's ignores, each with its
 reason; module_utils and plugin_utils hold the same package files, so an entry for one
@@ -30,6 +37,7 @@ works in every home (AnsiballZ follows relative imports in collection module_uti
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import shutil
@@ -73,7 +81,8 @@ ROLE_DIRS_LEFT_OUT = ("library", *ROLE_PLUGIN_DIRS)
 CONTROLLER_PROGRAMS = (f"{MONITOR_PACKAGE}.__main__",)
 IGNORED_NAMES = shutil.ignore_patterns("__pycache__", "*.pyc")
 # What collection/ holds for the build itself, not for the collection.
-COLLECTION_FILES_LEFT_OUT = ("build.py", "__pycache__", "*.pyc")
+GALAXY_SOURCE = "galaxy.source.yml"
+COLLECTION_FILES_LEFT_OUT = ("build.py", "build_backend.py", GALAXY_SOURCE, "__pycache__", "*.pyc")
 
 
 class BuildError(Exception):
@@ -244,12 +253,11 @@ def _copy_collection_files(repo: Path, collection: Path) -> None:
         dirs_exist_ok=True,
         ignore=shutil.ignore_patterns(*COLLECTION_FILES_LEFT_OUT),
     )
-    galaxy = collection / "galaxy.yml"
-    text = galaxy.read_text(encoding="utf-8")
+    text = (source / GALAXY_SOURCE).read_text(encoding="utf-8")
     text, count = re.subn(r"^version:.*$", f"version: {__version__}", text, flags=re.MULTILINE)
     if count != 1:
-        raise BuildError(f"{source / 'galaxy.yml'}: needs exactly one 'version:' line")
-    galaxy.write_text(text, encoding="utf-8")
+        raise BuildError(f"{source / GALAXY_SOURCE}: needs exactly one 'version:' line")
+    (collection / "galaxy.yml").write_text(text, encoding="utf-8")
 
 
 def build_tree(repo: Path, output_dir: Path) -> Path:
@@ -300,13 +308,14 @@ def build_tree(repo: Path, output_dir: Path) -> Path:
     return collection
 
 
-def _ansible_galaxy() -> str:
-    """ansible-galaxy next to this Python (a virtualenv), else the one on PATH."""
-    beside = Path(sys.executable).parent / "ansible-galaxy"
-    found = str(beside) if beside.exists() else shutil.which("ansible-galaxy")
-    if not found:
-        raise BuildError("ansible-galaxy not found: install ansible-core (make setup)")
-    return found
+def _ansible_galaxy() -> list[str]:
+    """ansible-galaxy of the ansible-core this Python imports (a virtualenv's, or the package
+    build's own environment, where ansible-core is a build requirement)."""
+    if importlib.util.find_spec("ansible") is None:
+        raise BuildError(
+            f"{sys.executable} cannot import ansible: install ansible-core (make setup)"
+        )
+    return [sys.executable, "-m", "ansible.cli.galaxy"]
 
 
 def build_tarball(collection: Path, output_dir: Path) -> Path:
@@ -316,7 +325,7 @@ def build_tarball(collection: Path, output_dir: Path) -> Path:
     tarball.unlink(missing_ok=True)
     done = subprocess.run(
         [
-            _ansible_galaxy(),
+            *_ansible_galaxy(),
             "collection",
             "build",
             str(collection),
@@ -343,7 +352,7 @@ def install_tarball(tarball: Path, collections_dir: Path) -> Path:
     collections_dir.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(
         [
-            _ansible_galaxy(),
+            *_ansible_galaxy(),
             "collection",
             "install",
             "--force",
@@ -371,43 +380,24 @@ def build_collection(repo: Path, output_dir: Path) -> Path:
     return build_tarball(build_tree(repo, output_dir), output_dir)
 
 
-def build_wheel(repo: Path, tarball: Path, output_dir: Path) -> Path:
-    """The lingbot-fleet wheel, carrying the collection under ``lingbot_fleet/_collection``.
+def stage_package(repo: Path, staging: Path) -> Path:
+    """A copy of the package's sources in ``staging`` (pyproject.toml, README.md, python/)
+    with the collection built from ``repo`` installed into ``lingbot_fleet/_collection``, as
+    ``ansible-galaxy collection install`` lays it out (with MANIFEST.json); ``staging``.
 
-    The collection is the tarball as ``ansible-galaxy collection install`` lays it out
-    (with MANIFEST.json). The package is staged outside the source tree (pyproject.toml,
-    README.md, python/) with it, so the checkout never holds a copy of the collection.
+    The wheel is built from there, so the checkout never holds a copy of the collection.
     """
-    if not tarball.is_file():
-        raise BuildError(f"no collection tarball {tarball}: run 'make collection' first")
-    output_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="lingbot-fleet-wheel-") as staging_name:
-        staging = Path(staging_name)
-        for name in ("pyproject.toml", "README.md"):
-            shutil.copy2(repo / name, staging / name)
-        shutil.copytree(
-            repo / "python",
-            staging / "python",
-            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "_collection"),
-        )
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(repo / name, staging / name)
+    shutil.copytree(
+        repo / "python",
+        staging / "python",
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "_collection"),
+    )
+    with tempfile.TemporaryDirectory(prefix="lingbot-fleet-collection-") as output_name:
+        tarball = build_collection(repo, Path(output_name))
         install_tarball(tarball, staging / "python" / PACKAGE / "_collection")
-        for old in output_dir.glob("lingbot_fleet-*.whl"):
-            old.unlink()
-        done = subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(output_dir), "."],
-            cwd=staging,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise BuildError(
-                f"pip wheel failed (exit {done.returncode}): {done.stdout}{done.stderr}"
-            )
-    wheels = sorted(output_dir.glob(f"lingbot_fleet-{__version__}-*.whl"))
-    if len(wheels) != 1:
-        raise BuildError(f"pip wheel left {len(wheels)} wheels in {output_dir}, expected one")
-    return wheels[0]
+    return staging
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -415,20 +405,9 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     collection = commands.add_parser("collection", help="build the collection's tree and tarball")
     collection.add_argument("--output-dir", type=Path, default=REPO_ROOT / "build" / "collection")
-    wheel = commands.add_parser("wheel", help="build the CLI wheel carrying the collection")
-    wheel.add_argument(
-        "--collection",
-        type=Path,
-        default=REPO_ROOT / "build" / "collection" / f"{NAMESPACE}-{NAME}-{__version__}.tar.gz",
-        help="the collection tarball (make collection)",
-    )
-    wheel.add_argument("--output-dir", type=Path, default=REPO_ROOT / "build" / "dist")
     args = parser.parse_args(argv)
     try:
-        if args.command == "collection":
-            print(build_collection(REPO_ROOT, args.output_dir.resolve()))
-        else:
-            print(build_wheel(REPO_ROOT, args.collection.resolve(), args.output_dir.resolve()))
+        print(build_collection(REPO_ROOT, args.output_dir.resolve()))
     except (BuildError, NodeAppError) as error:
         print(f"build: {error}", file=sys.stderr)
         return 1

@@ -28,6 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .nodefiles import run_command
+
 UNIT_NAME = "lingbot-fleet-acs-redirect-off.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT_NAME}"
 # ACS control register (at +6 of the ACS extended capability): bit 2 request redirect,
@@ -248,8 +250,6 @@ UNIT_STATE_PROPERTIES = ("LoadState", "UnitFileState", "ActiveState")
 
 def unit_state(systemctl: str) -> dict[str, str]:
     """LoadState, UnitFileState and ActiveState of the unit (read only)."""
-    from .nodefiles import run_command  # noqa: PLC0415 - the module's, with its locale
-
     argv = [systemctl, "show", *(f"--property={name}" for name in UNIT_STATE_PROPERTIES)]
     done = run_command([*argv, "--", UNIT_NAME], check=False)
     return dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)

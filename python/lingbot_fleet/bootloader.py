@@ -17,7 +17,6 @@ from .bootfiles import BLS_ENTRIES_DIR
 FindBin = Callable[[str], "str | None"]
 DEBIAN_IDS = frozenset({"debian", "ubuntu"})
 REDHAT_IDS = frozenset({"rhel", "centos", "fedora", "rocky", "almalinux", "ol", "amzn"})
-CHOICES = ("auto", "grub_d", "grubby")
 
 
 class BootloaderError(Exception):

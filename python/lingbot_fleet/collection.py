@@ -2,8 +2,9 @@
 
 In order:
 
-1. the collection carried by the installed wheel (``lingbot_fleet/_collection``, put there
-   by ``make wheel``), of this package's own version;
+1. the collection carried by the installed wheel (``lingbot_fleet/_collection``: the
+   package's build puts it into every wheel, collection/build_backend.py), of this
+   package's own version;
 2. a development checkout, when this package is imported from one (an editable install):
    its own playbooks and ``ansible.cfg``, the way the people who clone it run ``site.yml``;
 3. ``lingbot.fleet`` installed with ansible-galaxy on Ansible's collections path
@@ -61,7 +62,7 @@ def _version(collection: Path) -> str | None:
 def _checkout_root() -> Path | None:
     """The checkout this package is imported from (python/lingbot_fleet in it), or None."""
     root = PACKAGE_DIR.parent.parent
-    markers = ("ansible.cfg", "site.yml", "collection/galaxy.yml", "playbooks")
+    markers = ("ansible.cfg", "site.yml", "collection/galaxy.source.yml", "playbooks")
     if PACKAGE_DIR.parent.name == "python" and all((root / m).exists() for m in markers):
         return root
     return None
@@ -105,7 +106,7 @@ def find_content() -> Content:
         return Content(installed / "playbooks", "installed", _with_collections_dir(collections_dir))
     raise CollectionNotFoundError(
         f"the Ansible collection {FQCN} is not installed (searched "
-        f"{', '.join(str(path) for path in searched) or 'no collections path'}): install the "
-        "lingbot-fleet wheel built by 'make wheel', or the collection with 'ansible-galaxy "
-        "collection install lingbot-fleet-<version>.tar.gz'"
+        f"{', '.join(str(path) for path in searched) or 'no collections path'}): install "
+        "lingbot-fleet with pip (every wheel of it carries the collection), or the collection "
+        "with 'ansible-galaxy collection install lingbot-fleet-<version>.tar.gz'"
     )

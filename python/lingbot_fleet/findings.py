@@ -49,17 +49,6 @@ class Finding:
             "fix": self.fix,
         }
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Finding:
-        return cls(
-            code=data["code"],
-            severity=data["severity"],
-            subject=data["subject"],
-            message=data["message"],
-            evidence=dict(data.get("evidence", {})),
-            fix=data.get("fix", ""),
-        )
-
 
 def at_or_above(findings: Iterable[Finding], threshold: str) -> list[Finding]:
     """The findings whose severity is `threshold` or worse."""

@@ -814,7 +814,6 @@ def plan_grub_d(
     files: Sequence[GrubFile],
     dropin_path: str,
     policy: CmdlinePolicy,
-    extra_present: Sequence[KernelParam] = (),
 ) -> GrubPlan:
     """Debian family: unwanted parameters are removed wherever they are set, and the
     toolkit's drop-in holds the present parameters that the other files do not already
@@ -823,11 +822,10 @@ def plan_grub_d(
     ``files`` are in sourcing order (/etc/default/grub, then grub.d/*.cfg sorted) and may
     or may not include ``dropin_path``.
     """
-    present = tuple(policy.present) + tuple(extra_present)
-    full_policy = CmdlinePolicy(present=present, absent=policy.absent)
+    present = tuple(policy.present)
     others = [f for f in files if f.path != dropin_path]
     old_dropin = next((f for f in files if f.path == dropin_path), None)
-    edited = plan_removals(others, full_policy)
+    edited = plan_removals(others, policy)
     new_others = [
         parse_grub_file(f.path, edited[i]) if i in edited else f for i, f in enumerate(others)
     ]
@@ -838,7 +836,7 @@ def plan_grub_d(
     if dropin_text is not None:
         new_files.append(parse_grub_file(dropin_path, dropin_text))
         new_files.sort(key=lambda f: _sourcing_key(f.path))
-    configured = check_configured(new_files, full_policy)
+    configured = check_configured(new_files, policy)
     new_texts: dict[str, str | None] = {
         before.path: after.text
         for before, after in zip(others, new_others, strict=True)
@@ -855,19 +853,15 @@ def plan_grub_d(
     )
 
 
-def plan_default_grub(
-    grub_file: GrubFile, policy: CmdlinePolicy, extra_present: Sequence[KernelParam] = ()
-) -> GrubPlan:
+def plan_default_grub(grub_file: GrubFile, policy: CmdlinePolicy) -> GrubPlan:
     """RedHat family: /etc/default/grub alone; missing parameters are appended to
     GRUB_CMDLINE_LINUX, unwanted ones removed."""
-    present = tuple(policy.present) + tuple(extra_present)
-    full_policy = CmdlinePolicy(present=present, absent=policy.absent)
-    edited = plan_removals([grub_file], full_policy)
+    edited = plan_removals([grub_file], policy)
     after = parse_grub_file(grub_file.path, edited.get(0, grub_file.text))
-    missing = check_policy(configured_params([after]), full_policy).missing
+    missing = check_policy(configured_params([after]), policy).missing
     if missing:
         after = parse_grub_file(after.path, add_to_default_grub(after, missing))
-    configured = check_configured([after], full_policy)
+    configured = check_configured([after], policy)
     new_texts: dict[str, str | None] = {}
     if after.text != grub_file.text:
         new_texts[grub_file.path] = after.text

@@ -18,6 +18,7 @@ from typing import Any
 
 from .nodefiles import GENERATION_ARGUMENT_SPEC
 from .receipts import RECEIPT_ARGUMENT_SPEC
+from .state_dirs import KERNEL_CMDLINE_BACKUP_DIR
 
 RECEIPT_ROLE = "kernel_cmdline"
 ARGUMENT_SPEC: dict[str, Any] = {
@@ -27,7 +28,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "bootloader": {"type": "str", "choices": ["auto", "grub_d", "grubby"], "default": "auto"},
     "dropin_name": {"type": "str", "default": "lingbot-fleet"},
     "update_bootloader": {"type": "bool", "default": True},
-    "backup_dir": {"type": "path", "default": "/var/lib/lingbot-fleet/backup"},
+    "backup_dir": {"type": "path", "default": KERNEL_CMDLINE_BACKUP_DIR},
     "root": {"type": "path", "default": "/"},
     "verify": {"type": "bool", "default": False},
     "verify_gpu_numa": {"type": "bool", "default": True},

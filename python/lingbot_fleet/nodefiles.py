@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .atomic import write_atomic, write_json_atomic
+from .state_dirs import GENERATIONS_DIR
 
 __all__ = [
     "GENERATION_ARGUMENT_SPEC",
@@ -53,7 +54,7 @@ _C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
 # fragment lingbot_generation); ``NodeChanges.for_module`` reads them.
 GENERATION_ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "generation_run_id": {"type": "str"},
-    "generations_dir": {"type": "path", "default": "/var/lib/lingbot-fleet/generations"},
+    "generations_dir": {"type": "path", "default": GENERATIONS_DIR},
     "generations_live_runs": {"type": "list", "elements": "str"},
 }
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from .facts import sysfs
 from .facts.nvml import NvmlReader, NvmlUnavailableError, bus_id_from_nvml, load_pynvml
+from .nodefiles import NodeFileError
 
 NO_PERSISTENCE_FLAG = "--no-persistence-mode"
 DROPIN_NAME = "lingbot-fleet.conf"
@@ -48,7 +49,7 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "verify": {"type": "bool", "default": True},
     "verify_retries": {"type": "int", "default": 10},
     "verify_delay_s": {"type": "float", "default": 1},
-    "nvml": {"type": "str", "choices": ["auto", "off"], "default": "auto"},
+    "use_nvml": {"type": "bool", "default": True},
     "nvml_python_path": {"type": "list", "elements": "str", "default": []},
     "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
     "systemctl": {"type": "str", "default": "systemctl"},
@@ -344,8 +345,6 @@ def assess(  # noqa: PLR0913 - the module's options, keyword-only
     """What the module would do on this node, with these options (``changes`` must be in
     check mode): the options, ``pending`` (its actions, one sentence each) and what it
     would report, or ``error`` when it would fail."""
-    from .nodefiles import NodeFileError  # noqa: PLC0415 (nodefiles imports more)
-
     assessment: dict[str, Any] = {
         "unit": unit,
         "dropin_dir": dropin_dir,
@@ -513,7 +512,7 @@ class GpuRead:
 
 
 def read_gpus(
-    nvml: str,
+    use_nvml: bool,
     nvml_python_path: Sequence[str],
     smi_command: Sequence[str],
     root: str = "/",
@@ -521,7 +520,7 @@ def read_gpus(
     """Every GPU's persistence mode: NVML when pynvml imports and initializes, else nvidia-smi."""
     sysfs_bus_ids = sysfs.nvidia_gpu_bus_ids(root)
     notes: list[str] = []
-    if nvml == "auto":
+    if use_nvml:
         try:
             gpus = read_nvml_persistence(load_pynvml(nvml_python_path))
             return GpuRead(with_lost_gpus(gpus, sysfs_bus_ids), "nvml")

@@ -13,8 +13,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .state_dirs import PROBE_DIR
+
 PROBE_SCHEMA_VERSION = 1
-DEFAULT_SAVE_DIR = "/var/lib/lingbot-fleet/probe"
+DEFAULT_SAVE_DIR = PROBE_DIR
 LATEST_NAME = "latest.json"
 SAVED_PROBE_FACT_NAME = "lingbot_saved_probe"
 

@@ -42,9 +42,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .atomic import write_atomic
+from .state_dirs import RECEIPTS_DIR
 
 SCHEMA = 1
-RECEIPTS_DIR = "/var/lib/lingbot-fleet/receipts"
 FACT_NAME = "lingbot_receipts"
 # The unit properties a receipt can require, read by gpu_facts in one systemctl call.
 UNIT_PROPERTIES = (

@@ -96,7 +96,7 @@ class Node:
         monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
 
     def facts(self) -> dict[str, Any]:
-        return gather_facts(self.root, nvml="off", smi_command=["false"])
+        return gather_facts(self.root, use_nvml=False, smi_command=["false"])
 
     def acs_word(self, bdf: str) -> int:
         read = subprocess.run(

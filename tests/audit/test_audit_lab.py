@@ -35,7 +35,7 @@ def lab(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
 
 def collect(node: LabNode) -> dict[str, Any]:
     return collect_node(
-        root=str(node.root), nvml="off", smi_command=[str(NODE_PYTHON), str(LAB_SMI)]
+        root=str(node.root), use_nvml=False, smi_command=[str(NODE_PYTHON), str(LAB_SMI)]
     )
 
 
@@ -120,7 +120,7 @@ def test_node_module_through_ansible_changes_nothing(lab: Any, tmp_path: Path) -
         "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"),
         "ANSIBLE_LIBRARY": str(REPO_ROOT / "roles" / "fleet_audit" / "library"),
     }
-    args = {"root": str(node.root), "nvml": "off", "nvidia_smi": str(LAB_SMI)}
+    args = {"root": str(node.root), "use_nvml": False, "nvidia_smi": str(LAB_SMI)}
     argv = [str(ANSIBLE), "localhost", "-i", "localhost,", "-c", "local", "--check"]
     argv += ["-m", "lingbot_audit_node", "-a", json.dumps(args)]
     argv += ["-e", f"ansible_python_interpreter={NODE_PYTHON}", "--tree", str(tmp_path / "tree")]

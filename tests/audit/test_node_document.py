@@ -133,7 +133,7 @@ def test_boot_files_that_cannot_be_read_name_themselves(tmp_path: Path) -> None:
     with pytest.raises(BootFileError, match=r"larger than 1048576 bytes"):
         read_boot_files(root)
     # The node's document says so in its kernel section; the others still come back.
-    node = read_node(root=root, nvml="off", smi_command=["/nonexistent/nvidia-smi"])
+    node = read_node(root=root, use_nvml=False, smi_command=["/nonexistent/nvidia-smi"])
     assert node["kernel"]["error"].startswith("BootFileError: ")
     assert complete_node(sent(node))["kernel"] == node["kernel"]
     assert complete_node(sent(node))["generations"] == []

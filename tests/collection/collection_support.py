@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -34,9 +35,12 @@ def builder() -> ModuleType:
 
 
 def clean_environment(**extra: str) -> dict[str, str]:
-    """os.environ without any Ansible setting of this repository (or of the caller)."""
+    """os.environ without any Ansible setting of this repository (or of the caller), and
+    without a PYTHONPATH that would put this checkout's package before an installed one."""
     environment = {
-        key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("ANSIBLE_") and key != "PYTHONPATH"
     }
     environment["PATH"] = os.pathsep.join([str(BIN), environment.get("PATH", "")])
     environment.update(extra)
@@ -102,12 +106,41 @@ class WheelVenv:
         return self.venv / "bin" / "lingbot-fleet"
 
 
+def checkout_copy(destination: Path) -> Path:
+    """The files of this checkout a commit would hold (tracked, or new and not ignored),
+    copied to ``destination``: what a clone or a git URL gives, without build outputs."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source = REPO_ROOT / name
+        if not source.is_file():  # deleted in the working tree, not yet committed
+            continue
+        target = destination / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target)
+    return destination
+
+
 @pytest.fixture(scope="session")
 def wheel_venv(built_collection: Built, tmp_path_factory: pytest.TempPathFactory) -> WheelVenv:
-    """The wheel, installed with its dependencies into a fresh virtualenv."""
-    build = builder()
-    wheel = build.build_wheel(REPO_ROOT, built_collection.tarball, tmp_path_factory.mktemp("dist"))
+    """The wheel of `make wheel` (the package's standard build, pip wheel of a copy of this
+    checkout), installed with its dependencies into a fresh virtualenv."""
+    source = checkout_copy(tmp_path_factory.mktemp("wheel-source"))
+    dist = tmp_path_factory.mktemp("dist")
     venv = tmp_path_factory.mktemp("wheel-venv")
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+    done = run(
+        [*pip, "wheel", "--no-deps", "-q", "-w", str(dist), str(source)],
+        built_collection.workdir,
+        clean_environment(),
+        timeout_s=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    [wheel] = dist.glob("lingbot_fleet-*.whl")
     for argv in (
         [sys.executable, "-m", "venv", str(venv)],
         [str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", str(wheel)],

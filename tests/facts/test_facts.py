@@ -78,8 +78,8 @@ def assert_matches_state(facts: dict[str, Any], node: LabNode) -> None:
             assert facts["p2p"][kind][a][b] == pair["p2p_status"][kind], (kind, a, b)
 
 
-def gather(node: LabNode, nvml: str) -> dict[str, Any]:
-    return gather_facts(node.root, nvml=nvml, smi_command=SMI_COMMAND)
+def gather(node: LabNode, use_nvml: bool) -> dict[str, Any]:
+    return gather_facts(node.root, use_nvml=use_nvml, smi_command=SMI_COMMAND)
 
 
 @pytest.fixture(params=PROFILE_IDS or [pytest.param(None, marks=pytest.mark.skip("no profiles"))])
@@ -99,22 +99,22 @@ def pair_node(tmp_path: Path, lab_env: Any) -> LabNode:
 
 
 def test_profile_facts_through_nvml(profile_node: LabNode, lab_pynvml: Any) -> None:
-    facts = gather(profile_node, "auto")
+    facts = gather(profile_node, True)
     assert facts["sources"]["gpus"] == "nvml"
     assert facts["notes"] == []
     assert_matches_state(facts, profile_node)
 
 
 def test_profile_facts_through_nvidia_smi(profile_node: LabNode, no_pynvml: None) -> None:
-    facts = gather(profile_node, "auto")
+    facts = gather(profile_node, True)
     assert facts["sources"]["gpus"] == "nvidia-smi"
     assert facts["notes"][0].startswith("NVML not used: pynvml is not importable")
     assert_matches_state(facts, profile_node)
 
 
 def test_pair_facts_both_sources_agree(pair_node: LabNode, lab_pynvml: Any) -> None:
-    through_nvml = gather(pair_node, "auto")
-    through_smi = gather(pair_node, "off")
+    through_nvml = gather(pair_node, True)
+    through_smi = gather(pair_node, False)
     assert_matches_state(through_nvml, pair_node)
     assert_matches_state(through_smi, pair_node)
     for doc in (through_nvml, through_smi):
@@ -130,7 +130,7 @@ def test_under_load_nvml_reports_load_generation_and_p0(
     pair_node: LabNode, lab_pynvml: Any
 ) -> None:
     pair_node.busy(1, time.time() + 60)
-    facts = gather(pair_node, "auto")
+    facts = gather(pair_node, True)
     assert [gpu["pcie"]["current_gen"] for gpu in facts["gpus"]] == [1, 4]
     assert [gpu["performance_state"] for gpu in facts["gpus"]] == ["P8", "P0"]
 
@@ -153,16 +153,11 @@ def test_iommu_off_and_noacpi_as_the_kernel_shows_them(
     cmdline = "BOOT_IMAGE=/boot/vmlinuz ro amd_iommu=off pci=noacpi"
     node = boot_lab_node(a6000_pair(), tmp_path, cmdline=cmdline)
     lab_env(node)
-    facts = gather(node, "auto")
+    facts = gather(node, True)
     assert facts["iommu"] == {"mode": "off", "group_types": [], "groups": {}}
     assert [gpu["numa_node"] for gpu in facts["gpus"]] == [-1, -1]
     assert facts["p2p"]["read"] == [["X", "CNS"], ["CNS", "X"]]
     assert_matches_state(facts, node)
-
-
-def test_unknown_nvml_mode_is_refused() -> None:
-    with pytest.raises(ValueError, match="nvml='on': use one of auto, off"):
-        gather_facts("/", nvml="on")
 
 
 def test_numactl_is_found_on_the_path_under_the_root(tmp_path: Path) -> None:
@@ -181,7 +176,7 @@ def test_numactl_is_found_on_the_path_under_the_root(tmp_path: Path) -> None:
 
 
 def test_the_host_section_is_optional_but_checked_when_there(pair_node: LabNode) -> None:
-    facts = gather_facts(pair_node.root, nvml="off", smi_command=SMI_COMMAND)
+    facts = gather_facts(pair_node.root, use_nvml=False, smi_command=SMI_COMMAND)
     assert set(facts["host"]) == {"numactl_path"}
     assert schema_problems({key: value for key, value in facts.items() if key != "host"}) == []
     assert schema_problems({**facts, "host": {}}) == ["host: missing key numactl_path"]

@@ -213,7 +213,7 @@ def test_gpu_facts_module_in_one_call(tmp_path: Path, lab_env: Any, nvml: bool) 
     args = {
         "root": str(node.root),
         "nvidia_smi": str(LAB_SMI),
-        "nvml": "auto" if nvml else "off",
+        "use_nvml": nvml,
         "nvml_python_path": [VENV_SITE_PACKAGES],
     }
     result = run_module(node, "gpu_facts", args, nvml, tmp_path / "tree")
@@ -234,7 +234,7 @@ def test_gpu_facts_module_says_whether_the_venv_holds_pynvml(tmp_path: Path, lab
     site_packages.mkdir(parents=True)
     source = Path(VENV_SITE_PACKAGES) / "pynvml.py"
     sha1 = hashlib.sha1(source.read_bytes()).hexdigest()
-    args = {"root": str(node.root), "nvml": "off", "nvidia_smi": str(LAB_SMI)}
+    args = {"root": str(node.root), "use_nvml": False, "nvidia_smi": str(LAB_SMI)}
     answers = []
     for content in (None, b"# another pynvml\n", source.read_bytes()):
         if content is not None:
@@ -274,7 +274,7 @@ def test_lookup_finds_the_controllers_pynvml(tmp_path: Path) -> None:
 def test_gpu_link_check_module_fails_on_error_findings(tmp_path: Path, lab_env: Any) -> None:
     node = boot_lab_node(load_profile("a6000-x8"), tmp_path)
     lab_env(node)
-    facts = gather_facts(node.root, nvml="off", smi_command=[sys.executable, str(LAB_SMI)])
+    facts = gather_facts(node.root, use_nvml=False, smi_command=[sys.executable, str(LAB_SMI)])
     failing = run_module(node, "gpu_link_check", {"facts": facts}, False, tmp_path / "t1")
     assert failing["ansible_rc"] == 2
     assert failing["msg"].startswith("1 finding(s) at or above error: PCIE_WIDTH_BELOW_EXPECTED")
@@ -311,7 +311,7 @@ def test_a_load_sample_is_taken_only_when_the_probe_does_not_stand(
 ) -> None:
     node = boot_lab_node(load_profile("a6000-idle-gen1"), tmp_path)
     lab_env(node)
-    facts = gather_facts(node.root, nvml="off", smi_command=[sys.executable, str(LAB_SMI)])
+    facts = gather_facts(node.root, use_nvml=False, smi_command=[sys.executable, str(LAB_SMI)])
     busy = node.lab_root / "run" / "lingbot-lab" / "busy"
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     sample = {
@@ -354,7 +354,7 @@ def test_a_load_sample_is_taken_only_when_the_probe_does_not_stand(
 
 def test_the_judge_uses_a_probe_reading_only_while_fresh(idle_gen1_node: LabNode) -> None:
     facts = gather_facts(
-        idle_gen1_node.root, nvml="off", smi_command=[sys.executable, str(LAB_SMI)]
+        idle_gen1_node.root, use_nvml=False, smi_command=[sys.executable, str(LAB_SMI)]
     )
     from lingbot_fleet.linkcheck import judge_links
 

@@ -202,8 +202,8 @@ def test_nvml_and_nvidia_smi_read_the_lab_gpus(
     persistence_dir = node.lab_root / "run" / "lingbot-lab" / "persistence"
     persistence_dir.mkdir(parents=True, exist_ok=True)
     (persistence_dir / "0").write_text("1\n")
-    nvml = persistence.read_gpus("auto", [], ["nvidia-smi"], str(node.root))
-    smi = persistence.read_gpus("off", [], [str(LAB_SMI)], str(node.root))
+    nvml = persistence.read_gpus(True, [], ["nvidia-smi"], str(node.root))
+    smi = persistence.read_gpus(False, [], [str(LAB_SMI)], str(node.root))
     for read in (nvml, smi):
         assert [(g["bus_id"], g["lost"], g["persistence_mode"]) for g in read.gpus] == [
             ("0000:41:00.0", False, True),
@@ -215,7 +215,7 @@ def test_nvml_and_nvidia_smi_read_the_lab_gpus(
 
 def test_no_driver_at_all_is_a_clear_error(tmp_path: Path, no_pynvml: None) -> None:
     with pytest.raises(PersistenceError, match=r"^persistence mode cannot be read: .*nvidia-smi"):
-        persistence.read_gpus("auto", [], [str(tmp_path / "nvidia-smi")], str(tmp_path))
+        persistence.read_gpus(True, [], [str(tmp_path / "nvidia-smi")], str(tmp_path))
 
 
 # --- the module, through AnsiballZ ------------------------------------------------------

@@ -25,7 +25,7 @@ def reading(root: Path, name: str, **extra: Any) -> dict[str, Any]:
         "name": name,
         "gpu_facts": {
             "root": str(root),
-            "nvml": "off",
+            "use_nvml": False,
             "nvidia_smi": "/nonexistent/nvidia-smi",
             **extra,
         },

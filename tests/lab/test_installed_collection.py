@@ -54,15 +54,12 @@ def test_collection_converges_a_lab_node_idempotently(booted_lab, installed_coll
     assert recap(again, spec.name)["changed"] == 0, again.stdout[-4000:]
     assert booted_lab.run(spec, "systemctl is-active lingbot@main").stdout.strip() == "active"
 
-    # The wheel's CLI, in a fresh virtualenv, audits the node with the collection it carries.
-    build = _builder()
-    wheel = build.build_wheel(
-        layout.REPO_ROOT, next((tmp_path / "build").glob("*.tar.gz")), tmp_path / "dist"
-    )
+    # The CLI, pip-installed from this tree into a fresh virtualenv (its wheel carries the
+    # collection), audits the node with the collection it carries.
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     subprocess.run(
-        [str(venv / "bin" / "pip"), "install", "-q", str(wheel)], check=True, timeout=600
+        [str(venv / "bin" / "pip"), "install", "-q", str(layout.REPO_ROOT)], check=True, timeout=600
     )
     report = tmp_path / "report"
     audit = [str(venv / "bin" / "lingbot-fleet"), "audit", "-i", str(layout.LAB_INVENTORY)]

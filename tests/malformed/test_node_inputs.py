@@ -24,7 +24,6 @@ from malformed_support import (
     write_tree,
 )
 
-from lingbot_fleet import lingbot_layout, nodefiles  # noqa: F401 - the modules import them
 from lingbot_fleet.plan import PlanInputError, build_plan
 from lingbot_fleet.probe_saved import read_saved_probe
 from lingbot_fleet.rollout.batches import BatchSpecError, batch_plan

@@ -28,7 +28,7 @@ class Boot:
     cuda_library: str
 
     def facts(self) -> dict[str, Any]:
-        return gather_facts(self.node.root, nvml="off", smi_command=SMI_COMMAND)
+        return gather_facts(self.node.root, use_nvml=False, smi_command=SMI_COMMAND)
 
     def probe(self) -> dict[str, Any]:
         return run_probe(

@@ -33,7 +33,7 @@ def prepare_node(profile: dict[str, Any], tmp_path: Path, lab_env: Any) -> Probe
     private = tmp_path / "driver" / "libcuda.so.1"
     private.parent.mkdir()
     shutil.copy(cuda_library(), private)
-    facts = gather_facts(node.root, nvml="off", smi_command=SMI_COMMAND)
+    facts = gather_facts(node.root, use_nvml=False, smi_command=SMI_COMMAND)
     return ProbedNode(node, facts, str(private))
 
 

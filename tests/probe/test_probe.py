@@ -326,7 +326,7 @@ def test_the_link_is_read_after_a_sustained_load(
     0.5 s load sees Gen4 in P0 at both ends; a 50 ms load still sees Gen1, which the judge
     leaves indeterminate instead of failing."""
     probed = prepare_node(load_profile("a6000-idle-gen1"), tmp_path, lab_env)
-    facts = gather_facts(probed.node.root, nvml="off", smi_command=SMI_COMMAND)
+    facts = gather_facts(probed.node.root, use_nvml=False, smi_command=SMI_COMMAND)
     sustained = probe(probed, lab_pynvml, size_bytes=8 << 20, repetitions=1, pairs=())
     assert [gpu["link_under_load"]["gen"] for gpu in sustained["gpus"]] == [4, 4]
     assert all(gpu["link_under_load"]["load_s"] >= 0.5 for gpu in sustained["gpus"])

@@ -949,7 +949,7 @@ def run_playbook_on(node: Node) -> dict[str, Any]:
             "name": "Read the node",
             "gpu_facts": {
                 "root": str(node.root),
-                "nvml": "off",
+                "use_nvml": False,
                 "nvidia_smi": "/nonexistent/nvidia-smi",
                 "receipts": True,
             },

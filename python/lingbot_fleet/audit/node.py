@@ -19,12 +19,14 @@ from typing import Any
 from ..bootfiles import read_boot_files
 from ..facts import gather_facts
 from ..generation_snapshot import read_generations
+from ..probe_saved import LATEST_NAME
+from ..state_dirs import GENERATIONS_DIR, PROBE_DIR
 
 NODE_SCHEMA_VERSION = 1
-DEFAULT_PROBE_PATH = "/var/lib/lingbot-fleet/probe/latest.json"
+DEFAULT_PROBE_PATH = f"{PROBE_DIR}/{LATEST_NAME}"
+DEFAULT_GENERATIONS_DIR = GENERATIONS_DIR
 DEFAULT_LINGBOT_DIR = "/etc/lingbot"
 DEFAULT_PLAN_PATH = "/etc/lingbot/plan.json"
-DEFAULT_GENERATIONS_DIR = "/var/lib/lingbot-fleet/generations"
 MAX_FILE_BYTES = 1 << 20
 
 
@@ -98,7 +100,7 @@ def lingbot_section(root: str, lingbot_dir: str, plan_path: str) -> dict[str, An
 def read_node(
     *,
     root: str = "/",
-    nvml: str = "auto",
+    use_nvml: bool = True,
     nvml_python_path: Sequence[str] = (),
     smi_command: Sequence[str] = ("nvidia-smi",),
     probe_path: str = DEFAULT_PROBE_PATH,
@@ -113,7 +115,10 @@ def read_node(
         "schema_version": NODE_SCHEMA_VERSION,
         "facts": _section(
             lambda: gather_facts(
-                root=root, nvml=nvml, nvml_python_path=nvml_python_path, smi_command=smi_command
+                root=root,
+                use_nvml=use_nvml,
+                nvml_python_path=nvml_python_path,
+                smi_command=smi_command,
             )
         ),
         "kernel": _section(lambda: kernel_files(root)),

@@ -79,7 +79,7 @@ def complete_node(read: dict[str, Any]) -> dict[str, Any]:
 def collect_node(
     *,
     root: str = "/",
-    nvml: str = "auto",
+    use_nvml: bool = True,
     nvml_python_path: Sequence[str] = (),
     smi_command: Sequence[str] = ("nvidia-smi",),
     probe_path: str | None = None,
@@ -97,7 +97,7 @@ def collect_node(
     return complete_node(
         read_node(
             root=root,
-            nvml=nvml,
+            use_nvml=use_nvml,
             nvml_python_path=nvml_python_path,
             smi_command=smi_command,
             **{key: value for key, value in options.items() if value is not None},

@@ -11,7 +11,6 @@ from . import sysfs
 from .nvml import NvmlUnavailableError, load_pynvml, read_nvml
 from .schema import FACTS_SCHEMA_VERSION
 
-NVML_MODES = ("auto", "off")
 # Searched after PATH, as Ansible's get_bin_path does (a login PATH may lack them).
 SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
 
@@ -27,11 +26,12 @@ def _empty_pcie() -> dict[str, Any]:
 
 
 def read_driver_view(
-    nvml: str, nvml_python_path: Sequence[str], smi_command: Sequence[str]
+    use_nvml: bool, nvml_python_path: Sequence[str], smi_command: Sequence[str]
 ) -> tuple[dict[str, Any] | None, str, list[str]]:
-    """(what the driver says, its source, notes): NVML first, then nvidia-smi."""
+    """(what the driver says, its source, notes): NVML first (when ``use_nvml``), then
+    nvidia-smi."""
     notes: list[str] = []
-    if nvml == "auto":
+    if use_nvml:
         try:
             return read_nvml(load_pynvml(nvml_python_path)), "nvml", notes
         except NvmlUnavailableError as error:
@@ -120,14 +120,12 @@ def find_program(name: str, root: str | Path = "/", path: str | None = None) -> 
 
 def gather_facts(
     root: str | Path = "/",
-    nvml: str = "auto",
+    use_nvml: bool = True,
     nvml_python_path: Sequence[str] = (),
     smi_command: Sequence[str] = ("nvidia-smi",),
 ) -> dict[str, Any]:
     """The facts document (schema FACTS_SCHEMA_VERSION) of the node whose root is `root`."""
-    if nvml not in NVML_MODES:
-        raise ValueError(f"nvml={nvml!r}: use one of {', '.join(NVML_MODES)}")
-    driver, source, notes = read_driver_view(nvml, nvml_python_path, smi_command)
+    driver, source, notes = read_driver_view(use_nvml, nvml_python_path, smi_command)
     iommu = sysfs.iommu_facts(root)
     gpus = _gpu_list(driver, root, iommu)
     matrices = source if driver is not None and len(gpus) > 0 else "none"

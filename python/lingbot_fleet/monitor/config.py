@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ..state_dirs import MONITOR_DIR
+
 DEFAULT_CONFIG_PATH = "/etc/lingbot-fleet/monitor.json"
 
 
@@ -23,7 +25,7 @@ class MonitorConfigError(ValueError):
 @dataclass(frozen=True)
 class MonitorConfig:
     plan_path: str = "/etc/lingbot/plan.json"
-    state_dir: str = "/var/lib/lingbot-fleet/monitor"
+    state_dir: str = MONITOR_DIR
     textfile_dir: str = "/var/lib/prometheus/node-exporter"
     textfile_name: str = "lingbot_fleet_monitor.prom"
     size_mib: int = 16

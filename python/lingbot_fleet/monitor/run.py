@@ -97,7 +97,7 @@ def run_monitor(
     python_path = list(config.nvml_python_path)
     facts = gather_facts(
         config.root,
-        nvml="auto" if config.use_nvml else "off",
+        use_nvml=config.use_nvml,
         nvml_python_path=python_path,
         smi_command=list(config.nvidia_smi),
     )

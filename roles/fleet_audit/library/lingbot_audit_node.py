@@ -25,11 +25,10 @@ options:
     description: Directory read as C(/) (tests point it at a rendered lab tree).
     type: path
     default: /
-  nvml:
-    description: C(auto) uses NVML when pynvml imports; C(off) goes straight to nvidia-smi.
-    type: str
-    choices: [auto, "off"]
-    default: auto
+  use_nvml:
+    description: Read through NVML when pynvml imports; false reads with nvidia-smi.
+    type: bool
+    default: true
   nvml_python_path:
     description: Directories (patterns allowed) searched for pynvml.
     type: list
@@ -86,20 +85,24 @@ node:
 
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.lingbot_fleet.audit.node import read_node
+from ansible.module_utils.lingbot_fleet.audit.node import (
+    DEFAULT_GENERATIONS_DIR,
+    DEFAULT_PROBE_PATH,
+    read_node,
+)
 
 
 def run_module() -> None:
     module = AnsibleModule(
         argument_spec={
             "root": {"type": "path", "default": "/"},
-            "nvml": {"type": "str", "choices": ["auto", "off"], "default": "auto"},
+            "use_nvml": {"type": "bool", "default": True},
             "nvml_python_path": {"type": "list", "elements": "str", "default": []},
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
-            "probe_path": {"type": "path", "default": "/var/lib/lingbot-fleet/probe/latest.json"},
+            "probe_path": {"type": "path", "default": DEFAULT_PROBE_PATH},
             "lingbot_dir": {"type": "path", "default": "/etc/lingbot"},
             "plan_path": {"type": "path", "default": "/etc/lingbot/plan.json"},
-            "generations_dir": {"type": "path", "default": "/var/lib/lingbot-fleet/generations"},
+            "generations_dir": {"type": "path", "default": DEFAULT_GENERATIONS_DIR},
         },
         supports_check_mode=True,
     )
@@ -108,7 +111,7 @@ def run_module() -> None:
     smi = module.get_bin_path(params["nvidia_smi"]) or params["nvidia_smi"]
     node = read_node(
         root=params["root"],
-        nvml=params["nvml"],
+        use_nvml=params["use_nvml"],
         nvml_python_path=paths,
         smi_command=[smi],
         probe_path=params["probe_path"],

@@ -202,12 +202,12 @@ actions:
 """
 
 import os
-import re
 from collections.abc import Callable
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.lingbot_fleet.generations import (
+    DEFAULT_GENERATIONS_DIR,
     GenerationError,
     commit,
     list_generations,
@@ -225,7 +225,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
         "required": True,
         "choices": ["record", "commit", "list", "show", "rollback"],
     },
-    "generations_dir": {"type": "path", "default": "/var/lib/lingbot-fleet/generations"},
+    "generations_dir": {"type": "path", "default": DEFAULT_GENERATIONS_DIR},
     "run_id": {"type": "str"},
     "paths": {"type": "list", "elements": "str", "default": []},
     "ran": {"type": "dict", "default": {}},
@@ -247,13 +247,6 @@ REQUIRED_IF = [
     ("action", "rollback", ["run_id"]),
     ("action", "show", ["generation"]),
 ]
-
-LINGBOT_DIR = "/etc/lingbot"
-UNIT_DIR = "/etc/systemd/system"
-SINGLE_GPU_DROPIN = "90-lingbot-fleet-single-gpu.conf"
-_GPUS_OPTION = re.compile(r"--gpus(?:=|\s+)(\S+)")
-_DROPPED_OPTIONS = re.compile(r"\s+--(?:peer-access-threshold|balancer-config)(?:=|\s+)\S+")
-
 
 # --- actions ---------------------------------------------------------------------------
 

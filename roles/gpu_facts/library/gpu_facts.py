@@ -20,11 +20,10 @@ options:
     description: Directory read as C(/) for sysfs and /proc (tests point it at a rendered tree).
     type: path
     default: /
-  nvml:
-    description: C(auto) uses NVML when pynvml imports; C(off) goes straight to nvidia-smi.
-    type: str
-    choices: [auto, "off"]
-    default: auto
+  use_nvml:
+    description: Read through NVML when pynvml imports; false reads with nvidia-smi.
+    type: bool
+    default: true
   nvml_python_path:
     description:
       - Directories to search for pynvml besides the interpreter's own path; shell-style
@@ -47,7 +46,7 @@ options:
       - The p2p_probe save directory; its C(latest.json), validated as the probe reads it,
         is returned as C(ansible_facts.lingbot_saved_probe), so the p2p_probe action can
         reuse it without a module call of its own. The default is the probe's default
-        (C(lingbot_fleet.probe.DEFAULT_SAVE_DIR)).
+        (C(lingbot_fleet.state_dirs.PROBE_DIR)).
     type: path
     default: /var/lib/lingbot-fleet/probe
   pynvml_sha1:
@@ -253,7 +252,7 @@ def run_module() -> None:
     module = AnsibleModule(
         argument_spec={
             "root": {"type": "path", "default": "/"},
-            "nvml": {"type": "str", "choices": ["auto", "off"], "default": "auto"},
+            "use_nvml": {"type": "bool", "default": True},
             "nvml_python_path": {"type": "list", "elements": "str", "default": []},
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
             "pynvml_venv": {"type": "path"},
@@ -273,7 +272,7 @@ def run_module() -> None:
     smi = module.get_bin_path(params["nvidia_smi"]) or params["nvidia_smi"]
     facts = gather_facts(
         root=params["root"],
-        nvml=params["nvml"],
+        use_nvml=params["use_nvml"],
         nvml_python_path=params["nvml_python_path"],
         smi_command=[smi],
     )

@@ -50,11 +50,10 @@ options:
     description: Seconds between two reads.
     type: float
     default: 1
-  nvml:
-    description: C(auto) reads through NVML when pynvml imports; C(off) reads through nvidia-smi.
-    type: str
-    choices: [auto, "off"]
-    default: auto
+  use_nvml:
+    description: Read through NVML when pynvml imports; false reads with nvidia-smi.
+    type: bool
+    default: true
   nvml_python_path:
     description:
       - Directories (shell-style patterns allowed) searched for pynvml besides the
@@ -214,7 +213,7 @@ def verify(module: AnsibleModule, changes: NodeChanges, started: bool, result: d
 
     def read() -> persistence.GpuRead:
         return persistence.read_gpus(
-            params["nvml"], params["nvml_python_path"], [smi], params["root"]
+            params["use_nvml"], params["nvml_python_path"], [smi], params["root"]
         )
 
     retries = params["verify_retries"] if started else 0
@@ -316,7 +315,7 @@ def refreshed_facts(module: AnsibleModule) -> dict:
     smi = module.get_bin_path(params["nvidia_smi"]) or params["nvidia_smi"]
     return gather_facts(
         root=params["root"],
-        nvml=params["nvml"],
+        use_nvml=params["use_nvml"],
         nvml_python_path=params["nvml_python_path"],
         smi_command=[smi],
     )

@@ -70,7 +70,7 @@ options:
     default: all
   save_dir:
     description: Where latest.json and the timestamped copies are written
-      (C(lingbot_fleet.probe.DEFAULT_SAVE_DIR)).
+      (C(lingbot_fleet.state_dirs.PROBE_DIR)).
     type: path
     default: /var/lib/lingbot-fleet/probe
   keep:
@@ -246,7 +246,7 @@ def run_module() -> None:
     smi = module.get_bin_path(params["nvidia_smi"]) or params["nvidia_smi"]
     facts = params["facts"] or gather_facts(
         params["root"],
-        nvml="auto" if params["use_nvml"] else "off",
+        use_nvml=params["use_nvml"],
         nvml_python_path=python_path,
         smi_command=[smi],
     )
