@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+SETPCI_VARIABLE = "pcie_acs_setpci"
 UNIT_NAME = "lingbot-fleet-acs-redirect-off.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT_NAME}"
 # ACS control register (at +6 of the ACS extended capability): bit 2 request redirect,
