@@ -120,7 +120,7 @@ def command_file_problem(path: str, variable: str) -> ValueRefusedError | None:
         if info.st_uid not in owners or (info.st_mode & 0o022 and not sticky_dir):
             what = "is not owned by root" if info.st_uid not in owners else "is writable by "
             if info.st_uid in owners:
-                what += "its group" if info.st_mode & 0o020 else "everyone"
+                what += "everyone" if info.st_mode & 0o002 else "its group"
             return ValueRefusedError(
                 variable,
                 f"{path!r} runs as root, but {checked} {what} (mode "
