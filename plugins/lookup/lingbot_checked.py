@@ -33,7 +33,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _raw:
-  description: The checked value (a batch size as an int or C('N%')).
+  description: The checked value (a batch size as an int or C('N%'); a batch list as a list).
   type: list
 """
 
@@ -41,9 +41,12 @@ from ansible.errors import AnsibleError
 from ansible.plugins.lookup import LookupBase
 
 from lingbot_fleet import values
+from lingbot_fleet.rollout.batches import BatchSpecError, parse_batch_spec
 
 CHECKS = {
     "batch_size": values.batch_size,
+    # The rollout's batch list (rollout.yml's serial), checked by its own rules.
+    "batch_list": lambda spec, _variable: parse_batch_spec(spec),
     "pip_requirement": values.pip_requirement,
     "file_name": values.file_name,
     "command": values.command,
@@ -61,5 +64,5 @@ class LookupModule(LookupBase):
         kind, value = terms
         try:
             return [CHECKS[kind](value, self.get_option("variable"))]
-        except values.ValueRefusedError as error:
+        except (values.ValueRefusedError, BatchSpecError) as error:
             raise AnsibleError(str(error)) from None

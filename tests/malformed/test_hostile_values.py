@@ -534,3 +534,14 @@ def test_the_role_from_another_playbook_refuses_a_dropin_path(tmp_path: Path) ->
         "kernel_cmdline_dropin_name: '/etc/profile.d/evil' holds '/', so it would name a file "
         f"in another directory; {FILE_NAME_RULE}"
     )
+
+
+def test_the_rollouts_serial_refuses_a_batch_of_0_like_its_batch_check() -> None:
+    message = (
+        "rollout_batches item 2 (0): a batch needs at least 1 host (Ansible would run every "
+        "remaining host at once for 0 or less); use 1 or more, or '100%' for all the rest"
+    )
+    with pytest.raises(AnsibleError) as refused:
+        checked("batch_list", [1, 0], "rollout_batches")
+    assert refused.value.message == message
+    assert checked("batch_list", [1, "5%", "100%"], "rollout_batches") == [1, "5%", "100%"]

@@ -21,6 +21,8 @@ description:
     installed unit is taken away (ACS then keeps the devices' DMA apart), unless
     O(allow_translating_iommu).
   - An empty O(redirect_off_bridges) takes an installed unit away.
+  - The unit runs setpci sandboxed to what it needs (C(CapabilityBoundingSet=CAP_SYS_ADMIN),
+    no network, no devices, C(ProtectSystem=full), a system-call filter).
   - The unit is checked with C(systemd-analyze verify) before it lands, saved first in the
     run's generation, and shown in C(--diff). After the unit ran, the ports are read again
     and the module fails when redirect is still on. In check mode nothing is written or run.
