@@ -545,3 +545,27 @@ def test_the_rollouts_serial_refuses_a_batch_of_0_like_its_batch_check() -> None
         checked("batch_list", [1, 0], "rollout_batches")
     assert refused.value.message == message
     assert checked("batch_list", [1, "5%", "100%"], "rollout_batches") == [1, "5%", "100%"]
+
+
+def test_provisions_first_play_refuses_a_batch_of_0(tmp_path: Path) -> None:
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("gpu-nodes:\n  hosts:\n    localhost:\n      ansible_connection: local\n")
+    run = run_playbook(
+        REPO / "playbooks" / "provision.yml",
+        inventory=inventory,
+        cmdline=["--check", "-e", "kernel_cmdline_reboot_batch=-1"],
+        envvars={
+            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
+            "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
+        },
+        timeout_s=300,
+    )
+    assert run.rc != 0
+    [failed] = run.failed_tasks("localhost")
+    assert failed.action == "lingbot_policy_check"
+    assert (
+        "kernel_cmdline_reboot_batch: '-1' would put every node in one batch (Ansible's serial "
+        f"runs all hosts at once for 0 or less); {BATCH_RULE}"
+    ) in failed.result["problems"]
+    assert [task.task for task in run.tasks] == [failed.task]
