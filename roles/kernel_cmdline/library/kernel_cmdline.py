@@ -99,7 +99,7 @@ options:
     default: auto
   dropin_name:
     description:
-      - Name (without C(.cfg)) of the toolkit's drop-in in C(/etc/default/grub.d/): a file
+      - Name (without C(.cfg)) of the toolkit's drop-in in C(/etc/default/grub.d/), a file
         name only (letters, digits, C(_), C(-), C(+), C(.), not starting with C(.), at most
         64 characters). A drop-in path that is a symbolic link is refused.
     type: str
