@@ -19,6 +19,7 @@ from ansible.plugins.action import ActionBase
 from lingbot_fleet import kernel_options
 from lingbot_fleet.ansible_data import controller_options
 from lingbot_fleet.receipt_action import execute, refuse_internal, standing_receipt
+from lingbot_fleet.values import ValueRefusedError
 
 MODULE = "kernel_cmdline"
 
@@ -34,6 +35,19 @@ class ActionModule(ActionBase):
         args = dict(self._task.args)
         refuse_internal(args, MODULE, ("receipt_digest",))
         params = controller_options(self._task, args, kernel_options.ARGUMENT_SPEC)
+        if params is not None:
+            # Refused here with the module's (and the policy play's) message, before any
+            # connection; a receipt never answers for a value the module would refuse.
+            try:
+                kernel_options.check_values(
+                    params["present"],
+                    params["absent"],
+                    params["dropin_name"],
+                    params["allow_risky_params"],
+                )
+            except ValueRefusedError as error:
+                result.update(failed=True, changed=False, msg=str(error))
+                return result
         if params is not None and not params["verify"]:
             options = kernel_options.receipt_options(params)
             receipt = standing_receipt(

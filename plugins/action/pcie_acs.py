@@ -18,6 +18,7 @@ from ansible.plugins.action import ActionBase
 from lingbot_fleet import acs
 from lingbot_fleet.ansible_data import controller_options
 from lingbot_fleet.receipt_action import execute, refuse_internal, standing_receipt
+from lingbot_fleet.values import ValueRefusedError, command
 
 MODULE = "pcie_acs"
 
@@ -66,6 +67,14 @@ class ActionModule(ActionBase):
         del tmp
         args = dict(self._task.args)
         refuse_internal(args, MODULE, ("receipt_digest",))
+        params = controller_options(self._task, args, acs.ARGUMENT_SPEC)
+        if params is not None:
+            # Refused before any connection, with the module's (and policy play's) message.
+            try:
+                command(params["setpci"], acs.SETPCI_VARIABLE)
+            except ValueRefusedError as error:
+                result.update(failed=True, changed=False, msg=str(error))
+                return result
         answer = self.receipt_answer(args, task_vars or {})
         if answer is not None:
             result.update(answer)

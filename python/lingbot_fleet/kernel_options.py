@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from . import values
+from .cmdline import PolicyError, build_policy
 from .nodefiles import GENERATION_ARGUMENT_SPEC
 from .receipts import RECEIPT_ARGUMENT_SPEC
 from .state_dirs import KERNEL_CMDLINE_BACKUP_DIR
@@ -27,6 +29,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "iommu_vendor_switch": {"type": "bool", "default": False},
     "bootloader": {"type": "str", "choices": ["auto", "grub_d", "grubby"], "default": "auto"},
     "dropin_name": {"type": "str", "default": "lingbot-fleet"},
+    "allow_risky_params": {"type": "list", "elements": "str", "default": []},
     "update_bootloader": {"type": "bool", "default": True},
     "backup_dir": {"type": "path", "default": KERNEL_CMDLINE_BACKUP_DIR},
     "root": {"type": "path", "default": "/"},
@@ -36,6 +39,36 @@ ARGUMENT_SPEC: dict[str, Any] = {
     **GENERATION_ARGUMENT_SPEC,
     **RECEIPT_ARGUMENT_SPEC,
 }
+# The role variable each checked option comes from: messages name what the operator sets.
+DROPIN_NAME_VARIABLE = "kernel_cmdline_dropin_name"
+PRESENT_VARIABLE = "kernel_cmdline_present"
+ABSENT_VARIABLE = "kernel_cmdline_absent"
+
+
+def check_values(present: Any, absent: Any, dropin_name: Any, allow_risky_params: Any = ()) -> None:
+    """Refuse a drop-in name that is not a plain file name and a present or absent kernel
+    parameter outside the grammar or on the deny-list (``lingbot_fleet.values``), with the
+    message the policy play gives. A policy ``build_policy`` refuses is left to its own
+    message (the module reports it). Raises values.ValueRefusedError."""
+    values.file_name(dropin_name, DROPIN_NAME_VARIABLE)
+    try:
+        build_policy(present, absent)
+    except PolicyError:
+        return
+    allow = list(allow_risky_params or [])
+    for name, value in dict(present or {}).items():
+        values.kernel_parameter(name, value, f"{PRESENT_VARIABLE}.{name}", allow_risky=allow)
+    for position, entry in enumerate(absent or []):
+        name, sep, value = entry.strip().partition("=")
+        values.kernel_parameter(
+            name,
+            value if sep else None,
+            f"{ABSENT_VARIABLE}[{position}]",
+            allow_risky=allow,
+            removing=True,
+        )
+
+
 # What decides the node's boot files: not where backups or generations go, not verify's.
 RECEIPT_OPTIONS = (
     "present",

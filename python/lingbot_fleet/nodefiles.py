@@ -273,6 +273,13 @@ class NodeChanges:
         """
         data = content.encode("utf-8") if isinstance(content, str) else content
         real = self.real(path)
+        if os.path.islink(real):
+            # Never through a link (even a dangling one): as root, that writes wherever it
+            # points. A module that means to write a link's target resolves it first.
+            raise NodeFileError(
+                f"{path} is a symbolic link; lingbot-fleet writes only regular files there. "
+                "Remove the link and run again"
+            )
         current = self.read(path)
         uid, gid = self._ids(owner, group)
         if current is not None:

@@ -120,6 +120,7 @@ def check_policy(
             by_role[role][name] = value
     problems += unsafe_value_problems(variables, role_specs)
     problems += near_miss_problems(variables, role_specs)
+    problems += checked_value_problems(variables)
     for role, params in by_role.items():
         spec = dict(role_specs[role])
         for name in sorted(set(params) - set(spec)):
@@ -314,6 +315,51 @@ def unsafe_value_problems(
                     )
                 )
     return problems
+
+
+def _checked(check: Callable[[Any, str], Any]) -> Callable[[Mapping[str, Any], str], None]:
+    def run(variables: Mapping[str, Any], name: str) -> None:
+        check(variables[name], name)
+
+    return run
+
+
+def _kernel_parameters(variables: Mapping[str, Any], name: str) -> None:
+    from .kernel_options import check_values  # noqa: PLC0415 - only for this role
+
+    present = variables.get("kernel_cmdline_present") or {}
+    absent = variables.get("kernel_cmdline_absent") or []
+    allow = variables.get("kernel_cmdline_allow_risky_params") or []
+    shapes = isinstance(present, Mapping) and isinstance(absent, list) and isinstance(allow, list)
+    if shapes and all(isinstance(entry, str) for entry in [*absent, *allow]):
+        check_values(present, absent, "lingbot-fleet", allow)
+
+
+# Variables whose value the module (or the play) that uses it checks with the same
+# validator (lingbot_fleet.values): refused here first, with the same message.
+CHECKED_VARIABLES: dict[str, Callable[[Mapping[str, Any], str], None]] = {
+    "kernel_cmdline_dropin_name": _checked(values.file_name),
+    "kernel_cmdline_reboot_batch": _checked(values.batch_size),
+    "kernel_cmdline_present": _kernel_parameters,
+    "kernel_cmdline_absent": _kernel_parameters,
+    "kernel_cmdline_allow_risky_params": _kernel_parameters,
+    "pcie_acs_setpci": _checked(values.command),
+    "gpu_facts_nvml_package": _checked(values.pip_requirement),
+}
+
+
+def checked_value_problems(variables: Mapping[str, Any]) -> list[PolicyProblem]:
+    """Values a module, action or play refuses (``CHECKED_VARIABLES``), each once, with the
+    message it gives there."""
+    problems: dict[str, PolicyProblem] = {}
+    for name, check in CHECKED_VARIABLES.items():
+        if name not in variables:
+            continue
+        try:
+            check(variables, name)
+        except values.ValueRefusedError as error:
+            problems.setdefault(str(error), PolicyProblem(error.variable, error.reason))
+    return list(problems.values())
 
 
 def play_wide_problems(

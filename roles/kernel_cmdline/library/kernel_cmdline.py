@@ -99,9 +99,28 @@ options:
     default: auto
   dropin_name:
     description:
-      - Name (without C(.cfg)) of the toolkit's drop-in in C(/etc/default/grub.d/).
+      - Name (without C(.cfg)) of the toolkit's drop-in in C(/etc/default/grub.d/), a file
+        name only (letters, digits, C(_), C(-), C(+), C(.), not starting with C(.), at most
+        64 characters). A drop-in path that is a symbolic link is refused.
     type: str
     default: lingbot-fleet
+  allow_risky_params:
+    description:
+      - Names of boot parameters on the deny-list that may still be set (or, for C(root),
+        C(rootfstype), C(rootflags) and C(nfsroot), removed). Without them the module
+        refuses a parameter that opens a root shell or runs another program at boot
+        (C(init), C(rdinit), C(rd.break), C(rd.shell), C(rd.emergency), C(single), C(S),
+        C(s), C(1), C(emergency), C(rescue), C(systemd.debug_shell), C(systemd.run)),
+        changes the boot target (C(systemd.unit), C(systemd.wants), C(systemd.mask), C(2)
+        to C(5), and their C(rd.) forms), changes the root file system (C(root),
+        C(rootfstype), C(rootflags), C(nfsroot), C(systemd.volatile)) or mandatory access
+        control (C(selinux), C(enforcing), C(apparmor), C(security), C(lsm)).
+      - Names and values follow a bounded grammar (names of letters, digits, C(_), C(-),
+        C(.), at most 64 characters; values of letters, digits and C(_.,:=+/@-), at most
+        256).
+    type: list
+    elements: str
+    default: []
   update_bootloader:
     description:
       - Run C(update-grub) (grub_d) or C(grubby) (grubby) when the boot configuration must
@@ -308,7 +327,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.lingbot_fleet import bootloader, kernel_options, receipts
+from ansible.module_utils.lingbot_fleet import bootloader, kernel_options, receipts, values
 from ansible.module_utils.lingbot_fleet.bootfiles import (
     BLS_ENTRIES_DIR,
     BOOT_ID_FACT,
@@ -529,9 +548,26 @@ def read_grub_d_files(root: str) -> list[GrubFile]:
     return files
 
 
+def refuse_linked_dropin(root: str, dropin_path: str) -> None:
+    """The toolkit's drop-in is a regular file it owns: a symbolic link there would make
+    the module (root) write wherever the link points, so it is refused before anything is
+    read or written."""
+    real = on_root(root, dropin_path)
+    if os.path.islink(real):
+        raise ModuleError(
+            f"{dropin_path} is a symbolic link (to {os.readlink(real)}); the toolkit's drop-in "
+            "is a regular file it owns, and writing through the link would change another "
+            "file as root. Remove the link (or set kernel_cmdline_dropin_name to another "
+            "name) and run again. Nothing was written."
+        )
+
+
 def plan_files(bootloader: str, root: str, policy: CmdlinePolicy, dropin_name: str) -> GrubPlan:
     if bootloader == "grub_d":
-        dropin_path = os.path.join(GRUB_D_DIR, f"{dropin_name}.cfg")
+        dropin_path = os.path.join(
+            GRUB_D_DIR, f"{values.file_name(dropin_name, kernel_options.DROPIN_NAME_VARIABLE)}.cfg"
+        )
+        refuse_linked_dropin(root, dropin_path)
         return plan_grub_d(read_grub_d_files(root), dropin_path, policy)
     text = read_grub_file(root, DEFAULT_GRUB_PATH)
     if text is None:
@@ -999,6 +1035,11 @@ def run_module() -> None:
     params = module.params
     changes = None
     try:
+        # The checks the policy play makes, with its messages: a role used from any
+        # playbook, under any tags, refuses the same values.
+        kernel_options.check_values(
+            params["present"], params["absent"], params["dropin_name"], params["allow_risky_params"]
+        )
         if params["verify"]:
             result = verify(params)
         else:
@@ -1017,6 +1058,8 @@ def run_module() -> None:
                 result["receipt"] = keep_receipt(params, result)
             if not module._diff:
                 result.pop("diff")
+    except values.ValueRefusedError as error:
+        module.fail_json(msg=str(error))
     except ModuleError as error:
         module.fail_json(msg=error.msg, **error.details)
     except (PolicyError, GrubParseError, GrubEditError, NodeLinkError) as error:

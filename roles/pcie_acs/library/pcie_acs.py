@@ -21,6 +21,8 @@ description:
     installed unit is taken away (ACS then keeps the devices' DMA apart), unless
     O(allow_translating_iommu).
   - An empty O(redirect_off_bridges) takes an installed unit away.
+  - The unit runs setpci sandboxed to what it needs (C(CapabilityBoundingSet=CAP_SYS_ADMIN),
+    no network, no devices, C(ProtectSystem=full), a system-call filter).
   - The unit is checked with C(systemd-analyze verify) before it lands, saved first in the
     run's generation, and shown in C(--diff). After the unit ran, the ports are read again
     and the module fails when redirect is still on. In check mode nothing is written or run.
@@ -42,7 +44,13 @@ options:
     type: dict
     required: true
   setpci:
-    description: The setpci command (package pciutils); a name is looked up on PATH.
+    description:
+      - The setpci command (package pciutils), run as root by the unit at every boot - an
+        absolute path, or a bare name looked up on PATH; the program alone, no arguments
+        or whitespace.
+      - The file it names must be a root-owned executable that neither its group nor
+        others can write, in directories with the same property; otherwise the module
+        fails before anything is written.
     type: str
     default: setpci
   verify:
@@ -101,7 +109,7 @@ import tempfile
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.lingbot_fleet import acs, receipts
+from ansible.module_utils.lingbot_fleet import acs, receipts, values
 from ansible.module_utils.lingbot_fleet.nodefiles import (
     GENERATION_ARGUMENT_SPEC,
     NodeChanges,
@@ -186,6 +194,12 @@ def run_module() -> None:
         module.fail_json(msg=message, **result, **changes.result())
 
     try:
+        # The policy play's check, with its message: a role used from any playbook refuses
+        # the same value.
+        values.command(params["setpci"], acs.SETPCI_VARIABLE)
+    except values.ValueRefusedError as error:
+        fail(str(error))
+    try:
         installed = changes.read(acs.UNIT_PATH)
         decision = acs.decide(
             params["redirect_off_bridges"],
@@ -202,6 +216,11 @@ def run_module() -> None:
             if not found:
                 fail(f"{setpci} is not installed on this node: install pciutils and run again")
             setpci = found
+            # The unit runs it as root at every boot: a root-owned program no one else can
+            # replace, in root-owned directories (on the host, where commands run).
+            problem = values.command_file_problem(setpci, acs.SETPCI_VARIABLE)
+            if problem is not None:
+                fail(str(problem))
         systemctl = module.get_bin_path("systemctl", required=True)
         result.update(
             acs.apply(
