@@ -27,7 +27,7 @@ import dataclasses
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -630,10 +630,17 @@ def is_toolkit_dir(root: str, instance: str) -> bool:
     return first == f"# {MANAGED_HEADER}"
 
 
-def present_instances(root: str = "/") -> dict[str, PresentInstance]:
-    """Every lingbot@ instance the node has a directory, drop-in or enable link for."""
+def present_instances(
+    root: str = "/", listdir: Callable[[str], list[str]] | None = None
+) -> dict[str, PresentInstance]:
+    """Every lingbot@ instance the node has a directory, drop-in or enable link for.
+    ``listdir`` lists a node path (NodeChanges.listdir, so the listings are watched)."""
+
+    def listed(path: str) -> list[str]:
+        return listdir(path) if listdir is not None else _listdir(on_root(root, path))
+
     found: dict[str, PresentInstance] = {}
-    for name in _listdir(on_root(root, CONFIG_DIR)):
+    for name in listed(CONFIG_DIR):
         if not os.path.isdir(on_root(root, instance_dir(name))) or not INSTANCE_NAME_RE.fullmatch(
             name
         ):
@@ -644,7 +651,7 @@ def present_instances(root: str = "/") -> dict[str, PresentInstance]:
         ours = {config_path(name), secrets_path(name), marker_path(name)}
         entry.foreign_files = [path for path in entry.dir_files if path not in ours]
     unit_root = on_root(root, UNIT_DIR)
-    for name in _listdir(unit_root):
+    for name in listed(UNIT_DIR):
         match = _DROPIN_DIR_RE.fullmatch(name)
         if match and os.path.isdir(os.path.join(unit_root, name)):
             instance = match.group(1)
@@ -654,7 +661,7 @@ def present_instances(root: str = "/") -> dict[str, PresentInstance]:
             )
             entry.dropin = dropin_path(instance) in entry.dropin_dir_files
         if name.endswith(".wants"):
-            for link in _listdir(os.path.join(unit_root, name)):
+            for link in listed(f"{UNIT_DIR}/{name}"):
                 instance = instance_of_unit(link)
                 if instance:
                     entry = found.setdefault(instance, PresentInstance(instance))

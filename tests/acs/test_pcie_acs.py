@@ -15,11 +15,14 @@ from typing import Any
 
 import pytest
 import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
 from facts_support import boot_lab_node
 from malformed_support import role_module, run_module
 
 from lingbot_fleet import acs, generations, receipts, rollback
 from lingbot_fleet.facts import gather_facts
+from lingbot_fleet.receipt_action import digest_options
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = REPO / "lab" / "profiles" / "a6000-iommu-acs.yml"
@@ -28,6 +31,7 @@ ROOT_PORT = "0000:16:01.0"
 PASSTHROUGH = "BOOT_IMAGE=/boot/vmlinuz ro quiet intel_iommu=on iommu=pt"
 TRANSLATING = "BOOT_IMAGE=/boot/vmlinuz ro quiet intel_iommu=on"
 GDIR = "/var/lib/lingbot-fleet/generations"
+DIGEST = "d" * 64
 
 SYSTEMCTL = """#!{python}
 # systemctl for one unit: its state in a file, start/stop run the unit's ExecStart/ExecStop.
@@ -46,6 +50,7 @@ def run(key):
 verb, rest = sys.argv[1], sys.argv[2:]
 if verb == "show":
     loaded = "loaded" if os.path.exists(unit_path) else "not-found"
+    print(f"Id={{rest[-1]}}")
     print(f"LoadState={{loaded}}\\nUnitFileState={{state['UnitFileState']}}")
     print(f"ActiveState={{state['ActiveState']}}")
 elif verb in ("start", "restart"):
@@ -120,6 +125,7 @@ class Node:
             "root": str(self.root),
             "setpci": str(self.setpci),
             "generation_run_id": "run-1",
+            "receipt_digest": DIGEST,
             **args,
         }
         return run_module(
@@ -169,7 +175,15 @@ def test_named_switch_ports_lose_redirect_and_a_rollback_sets_it_back(
     calls = node.log.read_text()
     again = node.run(monkeypatch, node.facts(), redirect_off_bridges=SWITCH_PORTS)
     assert again["failed"] is False and again["changed"] is False, again
-    assert node.log.read_text()[len(calls) :].split() == ["show", *acs_show_args()]
+    # Only reads: the unit's state to decide, and the properties of the unit it watched
+    # for the receipt of a call that changed nothing.
+    receipt_show = [f"--property=Id,{','.join(receipts.UNIT_PROPERTIES)}", "--", acs.UNIT_NAME]
+    assert node.log.read_text()[len(calls) :].split() == [
+        "show",
+        *acs_show_args(),
+        "show",
+        *receipt_show,
+    ]
 
     generations.commit(GDIR, "run-1", {"playbook": "site.yml"}, root=str(node.root))
     before = tree(node.root)
@@ -205,7 +219,8 @@ def test_an_empty_list_takes_the_unit_away_and_restores_the_bits(
     assert removed["failed"] is False and removed["changed"] is True, removed
     assert [node.acs_word(bdf) for bdf in SWITCH_PORTS] == [0x001D, 0x001D]
     assert not (node.root / acs.UNIT_PATH.lstrip("/")).exists()
-    assert removed["receipt"] == "removed"
+    # A call that changed something keeps no receipt.
+    assert removed["receipt"] == "none"
     # The facts the probe reads next show the bits back (a probe taken with them off is
     # not reused).
     assert removed["ports_written"] == SWITCH_PORTS
@@ -289,30 +304,106 @@ def test_a_port_already_off_is_left_alone_unless_the_unit_turned_it_off() -> Non
     ]
 
 
-def test_the_receipt_stands_only_while_the_facts_show_redirect_off(
+def show_units(node: Node):
+    """systemctl show of units as gpu_facts reads them, through the node's systemctl."""
+    return receipts.show_units(shutil.which("systemctl") or "systemctl")
+
+
+def reading(node: Node) -> dict[str, Any]:
+    return receipts.read_receipts(str(node.root), show_units(node), time.time())[acs.RECEIPT_ROLE]
+
+
+def action_digest(node: Node, facts: dict[str, Any], named: list[str]) -> str:
+    """The digest the action computes (every option but the run's; the facts as the view
+    the module decides from)."""
+    params = {
+        "redirect_off_bridges": named,
+        "allow_translating_iommu": False,
+        "facts": facts,
+        "setpci": str(node.setpci),
+        "verify": True,
+        "root": str(node.root),
+    }
+    return receipts.options_digest(digest_options(acs.ARGUMENT_SPEC, params, acs.DIGEST_VIEWS))
+
+
+def test_the_receipt_stands_only_while_the_module_would_change_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What the action plugin asks before it answers without a module call."""
     node = Node(tmp_path, PASSTHROUGH, monkeypatch)
-    done = node.run(monkeypatch, node.facts(), redirect_off_bridges=SWITCH_PORTS)
-    assert done["receipt"] == "written"
-    options = acs.receipt_options(SWITCH_PORTS, False, str(node.setpci))
-    digest = receipts.options_digest(options)
-
-    def entry(unit_state: dict[str, str]) -> dict[str, Any]:
-        found = receipts.read_receipts(
-            str(node.root), lambda units: dict.fromkeys(units, unit_state), time.time()
-        )
-        return found[acs.RECEIPT_ROLE]
-
-    assert receipts.unchanged(entry(acs.UNIT_REQUIRED), digest, time.time()) is None
-    assert acs.facts_agree(SWITCH_PORTS, node.facts(), allow=False) is None
-    failed = {"UnitFileState": "enabled", "ActiveState": "failed"}
-    assert receipts.unchanged(entry(failed), digest, time.time()) is not None
-    other = receipts.options_digest(acs.receipt_options(SWITCH_PORTS[:1], False, "setpci"))
-    assert receipts.unchanged(entry(acs.UNIT_REQUIRED), other, time.time()) is not None
-    # The bits came back (a boot whose unit failed): the facts say so, the module runs.
+    named = {"redirect_off_bridges": SWITCH_PORTS}
+    done = node.run(monkeypatch, node.facts(), **named)
+    assert done["changed"] is True and done["receipt"] == "none"
+    digest = action_digest(node, node.facts(), SWITCH_PORTS)
+    again = node.run(monkeypatch, node.facts(), **named, receipt_digest=digest)
+    assert again["changed"] is False and again["receipt"] == "written"
+    entry = reading(node)
+    assert receipts.unchanged(entry, digest, time.time()) is None
+    # What the receipt watches is what the call read and ran systemctl on.
+    assert set(entry["receipt"]["paths"]) == {acs.UNIT_PATH}
+    assert set(entry["receipt"]["units"]) == {acs.UNIT_NAME}
+    assert entry["receipt"]["units"][acs.UNIT_NAME]["ActiveState"] == "active"
+    # The answer is the module's own: a third call says the same, every key.
+    answer = receipts.replay(entry["receipt"])
+    third = node.run(monkeypatch, node.facts(), **named, receipt_digest=digest)
+    assert answer is not None and answer.pop("receipt") == "stands"
+    assert answer == {key: third[key] for key in third if key not in ("receipt", "failed")}
+    # Another list of ports is another digest; a bridge's link moving in the facts is not.
+    assert action_digest(node, node.facts(), SWITCH_PORTS[:1]) != digest
+    moved = node.facts()
+    for gpu in moved["gpus"]:
+        for bridge in gpu.get("bridges") or []:
+            bridge["current_link"] = {"generation": 1, "width": 1}
+    assert action_digest(node, moved, SWITCH_PORTS) == digest
+    # The unit failing takes it down.
+    state_path = tmp_path / "unit-state.json"
+    state = json.loads(state_path.read_text())
+    state_path.write_text(json.dumps({**state, "ActiveState": "failed"}))
+    assert receipts.unchanged(reading(node), digest, time.time()) is not None
+    state_path.write_text(json.dumps(state))
+    assert receipts.unchanged(reading(node), digest, time.time()) is None
+    # The bits came back (a boot whose unit failed): the facts say so, the digest moves.
     subprocess.run([str(node.setpci), "-s", SWITCH_PORTS[1], "ECAP_ACS+6.w=000c:000c"], check=True)
-    assert acs.facts_agree(SWITCH_PORTS, node.facts(), allow=False) == (
-        "ACS redirect is on at 0000:18:01.0 (or it is not above a GPU)"
-    )
+    assert action_digest(node, node.facts(), SWITCH_PORTS) != digest
+
+
+def role_runs(*, bridges: list[str], ansible_facts: dict[str, Any]) -> bool:
+    """The role's task condition (roles/pcie_acs/tasks/main.yml), evaluated by Ansible."""
+    [task] = yaml.safe_load((REPO / "roles/pcie_acs/tasks/main.yml").read_text())
+    role_vars = yaml.safe_load((REPO / "roles/pcie_acs/vars/main.yml").read_text())
+    variables = {
+        **role_vars,
+        "pcie_acs_redirect_off_bridges": bridges,
+        "ansible_facts": ansible_facts,
+    }
+    templar = Templar(loader=DataLoader(), variables=variables)
+    return templar.evaluate_conditional(trust_as_template(task["when"])) is True
+
+
+def test_a_lost_receipt_with_the_ports_cleared_still_removes_the_unit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The role runs on what is on the node (its unit, as gpu_facts lists the toolkit's
+    units), never on a receipt's existence: a receipt is only a saving."""
+    node = Node(tmp_path, PASSTHROUGH, monkeypatch)
+    node.run(monkeypatch, node.facts(), redirect_off_bridges=SWITCH_PORTS)
+    kept = node.run(monkeypatch, node.facts(), redirect_off_bridges=SWITCH_PORTS)
+    assert kept["receipt"] == "written"
+    assert receipts.remove_receipt(acs.RECEIPT_ROLE, str(node.root))
+    gpu_facts = role_module("gpu_facts", "gpu_facts")
+    facts = {"lingbot_toolkit_units": gpu_facts.toolkit_units(str(node.root))}
+    assert facts["lingbot_toolkit_units"] == [acs.UNIT_NAME]
+    assert role_runs(bridges=[], ansible_facts=facts)
+    assert not role_runs(bridges=[], ansible_facts={"lingbot_toolkit_units": []})
+    assert role_runs(bridges=SWITCH_PORTS, ansible_facts={})
+    removed = node.run(monkeypatch, node.facts(), redirect_off_bridges=[])
+    assert removed["failed"] is False and removed["changed"] is True, removed
+    assert not (node.root / acs.UNIT_PATH.lstrip("/")).exists()
+    assert [node.acs_word(bdf) for bdf in SWITCH_PORTS] == [0x001D, 0x001D]
+    assert gpu_facts.toolkit_units(str(node.root)) == []
+
+
+def test_the_role_names_the_unit_the_module_installs() -> None:
+    role_vars = yaml.safe_load((REPO / "roles/pcie_acs/vars/main.yml").read_text())
+    assert role_vars["__pcie_acs_unit_name"] == acs.UNIT_NAME
