@@ -16,6 +16,7 @@ test (tests/monitor/test_role.py) runs it through Ansible.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import sys
@@ -33,7 +34,9 @@ from malformed_support import role_module, run_module
 from module_support import SERVICE, FakeSystemd, node_arguments
 from module_support import run as run_service
 
-from lingbot_fleet import acs, bootfiles, receipts, service_options
+from lingbot_fleet import acs, bootfiles, kernel_options, nodefiles, receipts, service_options
+from lingbot_fleet.monitor.install_options import INSTALL_ARGUMENT_SPEC
+from lingbot_fleet.receipt_action import RUN_OPTIONS, digest_options
 from lingbot_fleet.service_reading import ANSWERS_READING
 
 REPO = Path(__file__).resolve().parents[2]
@@ -90,12 +93,6 @@ class Scenario:
     def reading(self) -> dict[str, Any]:
         found = receipts.read_receipts(str(self.root), self.show_units, time.time(), self.readers)
         return found[self.role]
-
-    def node_path(self, real: str) -> str | None:
-        root = str(self.root)
-        if real != root and not real.startswith(root + "/"):
-            return None
-        return "/" + os.path.relpath(real, root).lstrip("./") if real != root else "/"
 
 
 # --- the roles ---------------------------------------------------------------------------
@@ -219,10 +216,28 @@ def converged(
     return scenario
 
 
+# Durations a call measured (how long lingbot_service waited for readiness): a replay
+# gives those of the call that kept the receipt; their presence and type are compared.
+MEASURED = frozenset({"waited_s"})
+
+
+def _measured_blank(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            key: type(item).__name__ if key in MEASURED else _measured_blank(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [_measured_blank(item) for item in value]
+    return value
+
+
 def answerable(result: dict[str, Any]) -> dict[str, Any]:
     """A module's result as an action answers it: less ``failed`` (Ansible's) and less
-    ``receipt`` (where the answer came from)."""
-    return {key: value for key, value in result.items() if key not in ("failed", "receipt")}
+    ``receipt`` (where the answer came from), durations by their type."""
+    return _measured_blank(
+        {key: value for key, value in result.items() if key not in ("failed", "receipt")}
+    )
 
 
 # --- the contract ------------------------------------------------------------------------
@@ -238,24 +253,57 @@ def test_the_answer_is_a_real_module_call_every_key(converged: Scenario) -> None
     assert answerable(answer) == answerable(again)
 
 
+def unwatched(
+    root: Path, receipt: dict[str, Any], read_by_readings: set[str] = frozenset()
+) -> tuple[list[str], list[str]]:
+    """The node paths opened, and the directories listed, while ``ACCESSES`` recorded that
+    the receipt does not watch (toolkit state aside)."""
+
+    def node_path(real: str) -> str | None:
+        if real == str(root) or not real.startswith(f"{root}/"):
+            return None
+        return "/" + os.path.relpath(real, root)
+
+    covered = set(receipt["paths"]) | read_by_readings
+    listed = set(receipt.get("listings", {})) | read_by_readings
+    opened = {node_path(path) for path in ACCESSES.opened} - {None}
+    listings = {node_path(path) for path in ACCESSES.listed} - {None}
+    return (
+        sorted(p for p in opened if p not in covered and not p.startswith(TOOLKIT_STATE)),
+        sorted(p for p in listings if p not in listed and not p.startswith(TOOLKIT_STATE)),
+    )
+
+
 def test_the_receipt_watches_every_path_the_module_opened_or_listed(
     converged: Scenario,
 ) -> None:
     again = converged.call(ACCESSES.recording())
     assert again["changed"] is False and again["receipt"] in ("written", "unchanged")
     receipt = converged.reading()["receipt"]
-    covered = set(receipt["paths"]) | converged.read_by_readings()
-    listed = set(receipt.get("listings", {})) | converged.read_by_readings()
-    opened = {converged.node_path(path) for path in ACCESSES.opened} - {None}
-    listings = {converged.node_path(path) for path in ACCESSES.listed} - {None}
-    unwatched = sorted(
-        path for path in opened if path not in covered and not path.startswith(TOOLKIT_STATE)
+    assert unwatched(converged.root, receipt, converged.read_by_readings()) == ([], [])
+
+
+def test_a_read_outside_node_changes_is_found_unwatched(tmp_path: Path) -> None:
+    """The check above can fail: a module (a test double) that reads one file and lists one
+    directory past its NodeChanges leaves them out of its receipt, and they are named."""
+    root = tmp_path / "node"
+    (root / "etc/double.d").mkdir(parents=True)
+    (root / "etc/double.conf").write_text("watched\n")
+    (root / "etc/stray.conf").write_text("not watched\n")
+    changes = nodefiles.NodeChanges(check_mode=False, root=str(root))
+    with ACCESSES.recording():
+        changes.read("/etc/double.conf")
+        changes.write_file(
+            "/etc/double.conf", "watched\n", owner=os.getuid(), group=os.getgid(), mode=0o644
+        )
+        (root / "etc/stray.conf").read_text()
+        os.listdir(root / "etc/double.d")
+    result = {"changed": changes.changed, **changes.result()}
+    assert receipts.keep("double", DIGEST, changes, result, lambda _u: {}, root=str(root)) == (
+        "written"
     )
-    assert unwatched == [], "opened by the module but not watched by its receipt"
-    unlisted = sorted(
-        path for path in listings if path not in listed and not path.startswith(TOOLKIT_STATE)
-    )
-    assert unlisted == [], "listed by the module but not watched by its receipt"
+    receipt = receipts.read_receipts(str(root), lambda _u: {}, time.time())["double"]["receipt"]
+    assert unwatched(root, receipt) == (["/etc/stray.conf"], ["/etc/double.d"])
 
 
 def test_every_watched_path_moving_takes_the_receipt_down(converged: Scenario) -> None:
@@ -275,3 +323,34 @@ def test_every_watched_path_moving_takes_the_receipt_down(converged: Scenario) -
         entry = converged.reading()
         assert entry["current"]["paths"][path] != recorded, path
         assert receipts.unchanged(entry, DIGEST, time.time()) is not None, path
+
+
+SPECS = {
+    "kernel_cmdline": kernel_options.ARGUMENT_SPEC,
+    "pcie_acs": acs.ARGUMENT_SPEC,
+    "topo_monitor_install": INSTALL_ARGUMENT_SPEC,
+    "lingbot_service": service_options.ARGUMENT_SPEC,
+}
+
+
+@pytest.mark.parametrize("module", sorted(SPECS))
+def test_one_digest_rule_every_option_but_the_run_and_the_secrets(module: str) -> None:
+    spec = SPECS[module]
+    params = {name: option.get("default") for name, option in spec.items()}
+    options = digest_options(spec, params)
+    secrets = {name for name, option in spec.items() if option.get("no_log")}
+    assert set(options) == set(spec) - RUN_OPTIONS - secrets
+    if module == "lingbot_service":
+        assert secrets == {"api_key"}
+
+
+def test_no_value_of_the_api_key_is_in_the_receipt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scenario = lingbot_service(tmp_path, monkeypatch)
+    scenario.call(contextlib.nullcontext())
+    assert scenario.call(contextlib.nullcontext())["receipt"] == "written"
+    text = (scenario.root / "var/lib/lingbot-fleet/receipts/lingbot_service.json").read_text()
+    assert "a-secret" not in text
+    # The file the key is written into is watched: an edit there takes the receipt down.
+    assert any(path.endswith("/secrets.env") for path in json.loads(text)["paths"])
