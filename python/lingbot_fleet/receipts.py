@@ -44,7 +44,9 @@ from typing import Any
 
 from .atomic import write_atomic
 
-SCHEMA = 1
+# 2: the module's own result in data.result, evidence from NodeChanges.watched, no digest
+# of no_log options. A receipt of another schema is not read (nor returned to the controller).
+SCHEMA = 2
 RECEIPTS_DIR = "/var/lib/lingbot-fleet/receipts"
 FACT_NAME = "lingbot_receipts"
 # The unit properties a receipt can require, read by gpu_facts in one systemctl call.

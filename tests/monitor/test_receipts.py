@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -93,6 +94,9 @@ def test_damaged_or_foreign_receipts_are_ignored(tmp_path: Path) -> None:
     (directory / "topo_monitor.json").write_text("{not json")
     (directory / "other.json").write_text('{"schema": 1, "role": "topo_monitor"}')
     (directory / "notes.txt").write_text("x")
+    # A receipt of the earlier schema (its digest may hold a no_log option) is not read.
+    earlier = {"schema": 1, "role": "lingbot_service", "options_digest": "d1", "paths": {}}
+    (directory / "lingbot_service.json").write_text(json.dumps({**earlier, "units": {}}))
     assert reading(root) == {}
     assert receipts.unchanged(None, "d1", NOW_S) == "no receipt"
 
