@@ -135,10 +135,11 @@ ansible_facts:
     lingbot_receipts:
       description:
         - With O(receipts) - role -> C(receipt) (the document the role's module wrote) and
-          C(current) (C(paths), each path's stat signature now; C(listings), each listed
-          directory's inode and mtime; C(units), each unit's LoadState, UnitFileState,
-          ActiveState, SubState, MainPID and InvocationID now; C(readings), each reading the
-          receipt holds, read now; C(read_at_s), the node's clock).
+          C(current) (C(paths), each path's stat signature, or content digest under /proc
+          and /sys, now; C(listings), each listed directory's inode and mtime; C(units),
+          each unit's LoadState, UnitFileState, ActiveState, SubState, MainPID and
+          InvocationID now; C(readings), each reading the receipt holds, read now;
+          C(read_at_s), the node's clock). See docs/converged-runs.md.
       type: dict
     lingbot_toolkit_units:
       description:
