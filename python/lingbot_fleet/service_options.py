@@ -121,15 +121,35 @@ def plan_from_receipt(params: Mapping[str, Any], receipt: Mapping[str, Any]) -> 
         return None
 
 
+def plan_fields(planned: NodePlan | None) -> dict:
+    """What the module's result says of the plan made on the node (nothing for a plan
+    passed in)."""
+    if planned is None:
+        return {}
+    return {"plan": planned.plan, "model_layers_source": planned.model_layers_source}
+
+
+def with_plan_fact(result: dict, planned: NodePlan | None) -> dict:
+    """``result`` with the plan made and the fact lingbot_plan (beside the others)."""
+    if planned is None:
+        return result
+    facts = {**result.get("ansible_facts", {}), "lingbot_plan": planned.plan}
+    return {**result, **plan_fields(planned), "ansible_facts": facts}
+
+
 def receipt_answer(params: Mapping[str, Any], receipt: Mapping[str, Any]) -> dict[str, Any] | None:
     """The module's recorded result, when the plan made from the receipt is the plan in
-    force and the module would not refuse it; None otherwise (the module runs)."""
+    force and the module would not refuse it; None otherwise (the module runs). The plan
+    the result carries is the one made now, by the module's own ``with_plan_fact``: the
+    same figures from a newer probe keep plan.json but carry the newer probe's stamp."""
     planned = plan_from_receipt(params, receipt)
     if planned is None or planned.refusal(params["fail_without_instances"]) is not None:
         return None
     if not layout.same_plan(receipt["data"]["plan_text"], planned.plan):
         return None
     answer = replay(receipt)
-    if answer is not None and planned.warnings:
+    if answer is None:
+        return None
+    if planned.warnings:
         answer["warnings"] = list(planned.warnings)
-    return answer
+    return with_plan_fact(answer, planned)

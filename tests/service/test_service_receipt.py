@@ -202,7 +202,17 @@ def test_a_new_plan_from_new_inputs_is_not_answered_from_the_receipt(
     # The same figures from a newer probe: the module keeps plan.json, the receipt stands.
     newer = copy.deepcopy(inputs)
     newer["probe"]["timestamp"] = "2026-02-01T00:00:00Z"
-    assert answer(node, systemd, plan_inputs=newer) is not None
+    said = answer(node, systemd, plan_inputs=newer)
+    assert said is not None
+    # It answers with the plan the module makes now (the newer probe's stamp), as a call would.
+    real = run(
+        monkeypatch,
+        {**node, "plan_inputs": newer, "receipt_digest": DIGEST},
+        FakeSystemd(units=systemd.units),
+    )
+    assert real.result["changed"] is False
+    for key in ("plan", "model_layers_source", "ansible_facts"):
+        assert said[key] == real.result[key], key
     assert answer(node, systemd, plan_inputs=inputs) is not None
 
 

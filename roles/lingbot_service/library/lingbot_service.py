@@ -978,19 +978,8 @@ def drop_receipt(module: AnsibleModule) -> None:
             module.warn(f"cannot remove the receipt of {service_options.RECEIPT_ROLE}: {error}")
 
 
-def plan_fields(planned: NodePlan | None) -> dict:
-    """What the result says of the plan made here (nothing for a plan passed in)."""
-    if planned is None:
-        return {}
-    return {"plan": planned.plan, "model_layers_source": planned.model_layers_source}
-
-
-def with_plan_fact(result: dict, planned: NodePlan | None) -> dict:
-    """``result`` with the plan made here and the fact lingbot_plan (beside the others)."""
-    if planned is None:
-        return result
-    facts = {**result.get("ansible_facts", {}), "lingbot_plan": planned.plan}
-    return {**result, **plan_fields(planned), "ansible_facts": facts}
+plan_fields = service_options.plan_fields
+with_plan_fact = service_options.with_plan_fact
 
 
 def run_module() -> None:
