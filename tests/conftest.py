@@ -2,8 +2,8 @@
 use on sys.path: the planner's lab inputs (tests/plan/plan_support.py), a lab node's tree
 (tests/facts/facts_support.py), a module run in this process
 (tests/malformed/malformed_support.py), the lab libraries' profile states
-(tests/native/native_support.py) and a playbook run on localhost
-(tests/service/service_support.py)."""
+(tests/native/native_support.py), a playbook run on localhost
+(tests/service/service_support.py) and a pcie_acs node (tests/acs/acs_support.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ for path in (
     TESTS / "malformed",
     TESTS / "native",
     TESTS / "service",
+    TESTS / "acs",
 ):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))

@@ -1,13 +1,14 @@
 """Action plugin kernel_cmdline: answer from the node's receipt when the boot did not move.
 
-After a call that configured the node, the module leaves a receipt (``lingbot_fleet.
-kernel_options``): the digest of the options and code it ran with, the ``boot_state``
-reading (every boot file, /proc/cmdline, the boot id) and its result. gpu_facts, read first
-in the run, returns the receipt with the boot state now (``ansible_facts.lingbot_receipts``).
-When both agree (``lingbot_fleet.receipts.unchanged``), this plugin answers with that
-result, without a connection: the files it would read are the ones it left, in the same
-boot. Anything else (verify mode, a delegated or async task, no receipt, any file or the
-boot changed) runs the module, with the digest its receipt is to keep.
+A call of the module that changed nothing leaves a receipt (``lingbot_fleet.receipts``): its
+result, what it wrote or read through NodeChanges, and the ``boot_state`` reading (every
+boot file, /proc/cmdline, the boot id). gpu_facts, read first in the run, returns the
+receipt with that evidence now (``ansible_facts.lingbot_receipts``). When the digest of this
+task's options and of the toolkit's code is the receipt's and nothing moved, this plugin
+answers with the module's recorded result (``receipt_action.answer``), without a
+connection. Anything else (verify mode, a delegated or async task, no receipt, any file or
+the boot changed) runs the module, with the digest its receipt is to keep.
+docs/converged-runs.md is the contract.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from ansible.plugins.action import ActionBase
 
 from lingbot_fleet import kernel_options
 from lingbot_fleet.ansible_data import controller_options
-from lingbot_fleet.receipt_action import execute, refuse_internal, standing_receipt
+from lingbot_fleet.receipt_action import answer, execute, refuse_internal
 from lingbot_fleet.values import ValueRefusedError
 
 MODULE = "kernel_cmdline"
@@ -49,13 +50,17 @@ class ActionModule(ActionBase):
                 result.update(failed=True, changed=False, msg=str(error))
                 return result
         if params is not None and not params["verify"]:
-            options = kernel_options.receipt_options(params)
-            receipt = standing_receipt(
-                self, MODULE, kernel_options.RECEIPT_ROLE, options, args=args, task_vars=task_vars
+            said = answer(
+                self,
+                MODULE,
+                kernel_options.RECEIPT_ROLE,
+                kernel_options.ARGUMENT_SPEC,
+                params,
+                args=args,
+                task_vars=task_vars,
             )
-            answer = kernel_options.receipt_answer(receipt, self._task.diff) if receipt else None
-            if answer is not None:
-                result.update(answer)
+            if said is not None:
+                result.update(said)
                 return result
         result.update(execute(self, MODULE, args, task_vars))
         return result

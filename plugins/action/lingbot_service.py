@@ -9,11 +9,13 @@ refuses what would fail before writing anything, converges, and sets the fact
 ``lingbot_plan``. A task that passes ``plan`` (readiness checks, tests) runs the module
 unchanged.
 
-A converged node costs no call: the module leaves a receipt of what it saw ready
-(``lingbot_fleet.service_options``), gpu_facts returns it with what moved since, and when
-nothing did and the plan made here from the same inputs (with the plan in force and the
-model's layers the receipt holds) is the plan in force, this plugin answers as the module
-would. Otherwise the module runs, with the digest its receipt is to keep.
+A converged node costs no call: a call of the module that changed nothing leaves a receipt
+of its result and of what it read, wrote, listed and ran systemctl on
+(``lingbot_fleet.receipts``), gpu_facts returns it with that evidence now, and when nothing
+moved and the plan made here from the same inputs (with the plan in force and the model's
+layers the receipt holds) is the plan in force, this plugin answers with the module's
+recorded result (``service_options.receipt_answer``). Otherwise the module runs, with the
+digest its receipt is to keep. docs/converged-runs.md is the contract.
 """
 
 from __future__ import annotations
@@ -25,7 +27,12 @@ from ansible.plugins.action import ActionBase
 from lingbot_fleet import service_options
 from lingbot_fleet.ansible_data import controller_options
 from lingbot_fleet.plan_gather import PlanGatherError, gather_plan_inputs
-from lingbot_fleet.receipt_action import execute, refuse_internal, standing_receipt
+from lingbot_fleet.receipt_action import (
+    digest_options,
+    execute,
+    refuse_internal,
+    standing_receipt,
+)
 from lingbot_fleet.role_dirs import RolesNotFoundError, roles_dir
 
 MODULE = "lingbot_service"
@@ -45,13 +52,15 @@ class ActionModule(ActionBase):
         if params is None or params["readiness_only"]:
             return None
         params["plan_inputs"] = args["plan_inputs"]
-        options = service_options.receipt_options(params)
+        options = digest_options(
+            service_options.ARGUMENT_SPEC, params, service_options.DIGEST_VIEWS
+        )
         receipt = standing_receipt(
             self, MODULE, service_options.RECEIPT_ROLE, options, args=args, task_vars=task_vars
         )
         if receipt is None:
             return None
-        return service_options.receipt_answer(params, receipt, self._task.diff)
+        return service_options.receipt_answer(params, receipt)
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)

@@ -8,12 +8,13 @@ transfer. Otherwise the module writes nothing and answers ``app_upload_required`
 archive is then copied into the remote temp directory and the module runs again with
 ``app_src``. Check mode never uploads.
 
-A node whose receipt stands costs no call at all: the module leaves a receipt of what it
-verified (``lingbot_fleet.receipts``), gpu_facts returns it with the signatures of its
-paths and the timer's state now (``ansible_facts.lingbot_receipts``), and when the digest
-of this task's options (with the archive's sha256) and of the toolkit's code
-(``lingbot_fleet.receipt_action``) is the receipt's and nothing moved
-(``receipts.unchanged``), the plugin answers with what the module would return.
+A node whose receipt stands costs no call at all: a call of the module that changed nothing
+leaves a receipt of its result and of what it read, wrote and ran systemctl on
+(``lingbot_fleet.receipts``), gpu_facts returns it with that evidence now
+(``ansible_facts.lingbot_receipts``), and when the digest of this task's options (with the
+archive's sha256) and of the toolkit's code is the receipt's and nothing moved, the plugin
+answers with the module's own recorded result (``receipt_action.answer``).
+docs/converged-runs.md is the contract.
 """
 
 from __future__ import annotations
@@ -27,13 +28,8 @@ from ansible.plugins.action import ActionBase
 
 from lingbot_fleet import nodeapp
 from lingbot_fleet.ansible_data import controller_options
-from lingbot_fleet.monitor.install_options import (
-    INSTALL_ARGUMENT_SPEC,
-    RECEIPT_ROLE,
-    managed_files,
-    receipt_options,
-)
-from lingbot_fleet.receipt_action import refuse_internal, standing_receipt
+from lingbot_fleet.monitor.install_options import INSTALL_ARGUMENT_SPEC, RECEIPT_ROLE
+from lingbot_fleet.receipt_action import answer, refuse_internal
 
 MODULE = "topo_monitor_install"
 REMOTE_NAME = "lingbot-fleet-monitor.pyz"
@@ -54,28 +50,20 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
 
     def receipt_answer(self, args: dict[str, Any], task_vars: dict[str, Any]) -> dict | None:
-        """Set ``receipt_digest`` in ``args``; the module's result when the node's receipt
-        stands for these options and this code, else None."""
+        """Set ``receipt_digest`` in ``args``; the module's recorded result when the node's
+        receipt stands for these options and this code, else None."""
         params = controller_options(self._task, args, INSTALL_ARGUMENT_SPEC)
         if params is None:
             return None
-        options = receipt_options(params)
-        receipt = standing_receipt(
-            self, MODULE, RECEIPT_ROLE, options, args=args, task_vars=task_vars
+        return answer(
+            self,
+            MODULE,
+            RECEIPT_ROLE,
+            INSTALL_ARGUMENT_SPEC,
+            params,
+            args=args,
+            task_vars=task_vars,
         )
-        if receipt is None:
-            return None
-        return {
-            "changed": False,
-            "actions": [],
-            "changed_paths": [],
-            "diff": [],
-            "app_upload_required": False,
-            "files": managed_files(params),
-            "units_changed": [],
-            "receipt": "stands",
-            "msg": "nothing changed since the module verified the monitor (receipt); no call",
-        }
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)

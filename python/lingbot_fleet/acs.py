@@ -258,30 +258,28 @@ def unit_text(ports: Sequence[ManagedPort], setpci: str) -> str:
 # ---- the receipt: a converged node costs no module call ------------------------------
 
 RECEIPT_ROLE = "pcie_acs"
-UNIT_REQUIRED = {"UnitFileState": "enabled", "ActiveState": "active"}
 
 
-def receipt_options(named: Sequence[str], allow_translating_iommu: bool, setpci: str) -> dict:
-    """What the receipt's digest covers: the module's decision options."""
-    return {
-        "redirect_off_bridges": sorted({normalize_bdf(bdf) for bdf in named}),
-        "allow_translating_iommu": bool(allow_translating_iommu),
-        "setpci": setpci,
+def facts_view(params: Mapping[str, Any]) -> dict[str, Any]:
+    """What the module decides from in its ``facts`` option, which carries readings of the
+    node (link speeds move with load): the digest of its receipt covers this view, so only
+    an ACS bit, a port's place or the IOMMU mode moving takes the receipt down
+    (``lingbot_fleet.receipt_action.digest_options``)."""
+    facts = params.get("facts") or {}
+    ports = {
+        bdf: {
+            "switch_downstream": _is_switch_downstream(port),
+            "acs_status": port.get("acs_status"),
+            "redirect_bits": _redirect_bits(port.get("acs") or {}),
+            "gpus": port["gpus"],
+        }
+        for bdf, port in switch_ports_above_gpus(facts).items()
     }
+    return {"ports": ports, "iommu_mode": str((facts.get("iommu") or {}).get("mode") or "unknown")}
 
 
-def facts_agree(named: Sequence[str], facts: Mapping[str, Any], allow: bool) -> str | None:
-    """Why the facts gathered in this play need the module (None: they do not): a named
-    port that redirects, or the IOMMU translating where that is not allowed."""
-    ports = switch_ports_above_gpus(facts)
-    for bdf in named:
-        port = ports.get(normalize_bdf(bdf))
-        if port is None or _redirect_bits(port.get("acs") or {}):
-            return f"ACS redirect is on at {bdf} (or it is not above a GPU)"
-    mode = str((facts.get("iommu") or {}).get("mode") or "unknown")
-    if named and mode in TRANSLATING_IOMMU_MODES and not allow:
-        return f"the IOMMU is {mode}"
-    return None
+# The options that carry node readings, each entering the receipt's digest as its view.
+DIGEST_VIEWS = {"facts": facts_view}
 
 
 # ---- applying the decision on the node ------------------------------------------------
@@ -316,6 +314,7 @@ def apply(
     ExecStart or ExecStop lines wrote (the facts of those are stale).
     """
     current = changes.read(UNIT_PATH)
+    changes.watch_unit(UNIT_NAME)
     state = unit_state(systemctl) if current is not None else {}
     active = state.get("ActiveState") == "active"
     installed = set(installed_ports(current.decode("utf-8", "replace") if current else None))

@@ -1,19 +1,18 @@
-"""The options of the kernel_cmdline module, and what its receipt keeps.
+"""The options of the kernel_cmdline module.
 
 One owner for both sides: the module validates its options with ARGUMENT_SPEC and, after a
-call that configured the node outside check mode, writes the receipt (``lingbot_fleet.
-receipts``) with the ``boot_state`` reading (``lingbot_fleet.bootfiles.boot_state_digest``:
-every boot file, /proc/cmdline and the boot id) and the result the call gave. The action
-plugin of the same name validates the task's options with the same spec; when the receipt
-stands (same digest of options and code, same boot state), it answers with that result, as
-a call changing nothing would, and no connection is made.
+call that changed nothing outside check mode, keeps its receipt (``lingbot_fleet.receipts.
+keep``) with the ``boot_state`` reading (``lingbot_fleet.bootfiles.boot_state_digest``:
+every boot file, /proc/cmdline and the boot id). The action plugin of the same name
+validates the task's options with the same spec; when the receipt stands (same digest of
+options and code, same boot state), it answers with the module's recorded result and no
+connection is made (docs/converged-runs.md).
 
 Stdlib only: runs on nodes too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from . import values
@@ -68,59 +67,3 @@ def check_values(present: Any, absent: Any, dropin_name: Any, allow_risky_params
             removing=True,
         )
 
-
-# What decides the node's boot files: not where backups or generations go, not verify's.
-RECEIPT_OPTIONS = (
-    "present",
-    "absent",
-    "iommu_vendor_switch",
-    "bootloader",
-    "dropin_name",
-    "update_bootloader",
-    "root",
-)
-# The result fields a call that changes nothing gives, kept in the receipt.
-ANSWER_KEYS = (
-    "bootloader",
-    "configured",
-    "next_boot",
-    "next_boot_source",
-    "running",
-    "reboot_required",
-    "missing_running",
-    "unwanted_running",
-)
-FACT_KEYS = {
-    "kernel_cmdline_reboot_required": "reboot_required",
-    "kernel_cmdline_configured": "configured",
-    "kernel_cmdline_running": "running",
-}
-
-
-def receipt_options(params: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: params.get(key) for key in RECEIPT_OPTIONS}
-
-
-def receipt_data(result: Mapping[str, Any]) -> dict[str, Any]:
-    """What the receipt keeps of a successful configuring call's result."""
-    return {"answer": {key: result.get(key) for key in ANSWER_KEYS}}
-
-
-def receipt_answer(receipt: Mapping[str, Any], diff: bool) -> dict[str, Any] | None:
-    """The result of a call that changes nothing, from a standing receipt; None when the
-    receipt's data is not what ``receipt_data`` writes."""
-    answer = (receipt.get("data") or {}).get("answer")
-    if not isinstance(answer, dict) or set(answer) != set(ANSWER_KEYS):
-        return None
-    result: dict[str, Any] = {
-        "changed": False,
-        "actions": [],
-        "changed_paths": [],
-        **answer,
-        "ansible_facts": {fact: answer[key] for fact, key in FACT_KEYS.items()},
-        "receipt": "stands",
-        "msg": "nothing changed since the module configured the boot (receipt); no call",
-    }
-    if diff:
-        result["diff"] = []
-    return result

@@ -27,7 +27,7 @@ import dataclasses
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -654,12 +654,18 @@ def _listdir(path: str) -> list[str]:
         return []
 
 
-def _files_under(real_dir: str, shown_dir: str) -> list[str]:
+def _files_listed(root: str, listed: Callable[[str], list[str]], node_dir: str) -> list[str]:
+    """Every file under ``node_dir`` (node paths), as os.walk finds them, through ``listed``,
+    so every directory it walks is a listing its caller can watch."""
     files = []
-    for base, _dirs, names in os.walk(real_dir):
-        for name in names:
-            relative = os.path.relpath(os.path.join(base, name), real_dir)
-            files.append(f"{shown_dir}/{relative}")
+    for name in listed(node_dir):
+        path = f"{node_dir}/{name}"
+        real = on_root(root, path)
+        if os.path.isdir(real):
+            if not os.path.islink(real):  # os.walk does not follow a link to a directory
+                files += _files_listed(root, listed, path)
+            continue
+        files.append(path)
     return sorted(files)
 
 
@@ -675,31 +681,36 @@ def is_toolkit_dir(root: str, instance: str) -> bool:
     return first == f"# {MANAGED_HEADER}"
 
 
-def present_instances(root: str = "/") -> dict[str, PresentInstance]:
-    """Every lingbot@ instance the node has a directory, drop-in or enable link for."""
+def present_instances(
+    root: str = "/", listdir: Callable[[str], list[str]] | None = None
+) -> dict[str, PresentInstance]:
+    """Every lingbot@ instance the node has a directory, drop-in or enable link for.
+    ``listdir`` lists a node path (NodeChanges.listdir, so the listings are watched)."""
+
+    def listed(path: str) -> list[str]:
+        return listdir(path) if listdir is not None else _listdir(on_root(root, path))
+
     found: dict[str, PresentInstance] = {}
-    for name in _listdir(on_root(root, CONFIG_DIR)):
+    for name in listed(CONFIG_DIR):
         if not os.path.isdir(on_root(root, instance_dir(name))) or not INSTANCE_NAME_RE.fullmatch(
             name
         ):
             continue
         entry = found.setdefault(name, PresentInstance(name))
-        entry.dir_files = _files_under(on_root(root, instance_dir(name)), instance_dir(name))
+        entry.dir_files = _files_listed(root, listed, instance_dir(name))
         entry.toolkit_dir = is_toolkit_dir(root, name)
         ours = {config_path(name), secrets_path(name), marker_path(name)}
         entry.foreign_files = [path for path in entry.dir_files if path not in ours]
     unit_root = on_root(root, UNIT_DIR)
-    for name in _listdir(unit_root):
+    for name in listed(UNIT_DIR):
         match = _DROPIN_DIR_RE.fullmatch(name)
         if match and os.path.isdir(os.path.join(unit_root, name)):
             instance = match.group(1)
             entry = found.setdefault(instance, PresentInstance(instance))
-            entry.dropin_dir_files = _files_under(
-                os.path.join(unit_root, name), dropin_dir(instance)
-            )
+            entry.dropin_dir_files = _files_listed(root, listed, dropin_dir(instance))
             entry.dropin = dropin_path(instance) in entry.dropin_dir_files
         if name.endswith(".wants"):
-            for link in _listdir(os.path.join(unit_root, name)):
+            for link in listed(f"{UNIT_DIR}/{name}"):
                 instance = instance_of_unit(link)
                 if instance:
                     entry = found.setdefault(instance, PresentInstance(instance))

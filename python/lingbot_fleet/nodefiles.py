@@ -16,6 +16,13 @@ A module builds the files it wants in memory, then hands each to ``NodeChanges``
 - collects Ansible ``diff`` entries and a sentence per action for the module's result.
 
 Commands with side effects (update-grub, systemctl) go through ``run`` for the same reason.
+
+It also records what the call depended on: every path it read, wrote or removed, every
+directory whose entries it listed, every unit it ran systemctl on (``watched``). That record
+is what the module's receipt watches (``receipts.keep``), so a file a module starts to
+write is covered without anyone adding it to a list. A decision read that is no write (the
+model's config.json, /etc/passwd) goes through ``read``, ``exists`` or ``listdir`` for the
+same reason.
 """
 
 from __future__ import annotations
@@ -100,6 +107,41 @@ class CommandResult:
 
 
 @dataclass
+class Watched:
+    """What a module call depended on, in the order first seen: node paths (read, written,
+    removed or tested), directories whose entries it listed, units it ran systemctl on."""
+
+    paths: list[str] = field(default_factory=list)
+    listings: list[str] = field(default_factory=list)
+    units: list[str] = field(default_factory=list)
+
+    def path(self, path: str) -> None:
+        if path not in self.paths:
+            self.paths.append(path)
+
+    def listing(self, path: str) -> None:
+        if path not in self.listings:
+            self.listings.append(path)
+
+    def unit(self, name: str) -> None:
+        if name not in self.units:
+            self.units.append(name)
+
+    def command(self, argv: Sequence[str]) -> None:
+        """The units a systemctl command names (words with a unit suffix, not options)."""
+        if not argv or os.path.basename(argv[0]) != "systemctl":
+            return
+        for word in argv[2:]:
+            if not word.startswith("-") and word.rpartition(".")[2] in _UNIT_SUFFIXES:
+                self.unit(word)
+
+
+_UNIT_SUFFIXES = frozenset(
+    {"service", "timer", "socket", "target", "path", "mount", "slice", "scope", "device"}
+)
+
+
+@dataclass
 class NodeChanges:
     """The changes of one module call: done outside check mode, reported in both."""
 
@@ -121,6 +163,8 @@ class NodeChanges:
     lock_ttl_s: float | None = None  # None: runlock.DEFAULT_TTL_S
     lock_notes: list[str] = field(default_factory=list)
     _lock_held: bool = False
+    # What the call read, wrote, removed, listed or ran systemctl on (see ``Watched``).
+    watched: Watched = field(default_factory=Watched)
 
     @classmethod
     def for_module(
@@ -226,6 +270,7 @@ class NodeChanges:
     def record(self, paths: Sequence[str]) -> None:
         """Save files that a command run next changes (``run``) as a write would."""
         for path in paths:
+            self.watched.path(path)
             self._record(path)
 
     def _ids(self, owner: str | int, group: str | int) -> tuple[int | None, int | None]:
@@ -248,7 +293,32 @@ class NodeChanges:
 
     # --- files -------------------------------------------------------------------
 
+    def exists(self, path: str) -> bool:
+        """Whether the path exists (a decision read: the path is watched)."""
+        self.watched.path(path)
+        return os.path.lexists(self.real(path))
+
+    def listdir(self, path: str) -> list[str]:
+        """The sorted entries of a directory ([] when there is none); its listing is
+        watched, so an entry created, removed or renamed there moves the receipt."""
+        self.watched.listing(path)
+        try:
+            return sorted(os.listdir(self.real(path)))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def note_read(self, path: str) -> None:
+        """A path the call decided from through another reader (the account database, the
+        planner's reads): watched as if read here."""
+        self.watched.path(path)
+
+    def watch_unit(self, name: str) -> None:
+        """A unit the call decided from without running systemctl on it (a state read)."""
+        self.watched.unit(name)
+
     def read(self, path: str) -> bytes | None:
+        """The file's bytes (None when absent); the path is watched."""
+        self.watched.path(path)
         try:
             with open(self.real(path), "rb") as handle:
                 return handle.read()
@@ -347,6 +417,7 @@ class NodeChanges:
         from .generations import holds_only  # noqa: PLC0415
 
         real = self.real(path)
+        self.watched.path(path)
         if not os.path.isdir(real) or not holds_only(real, path, self.changed_paths):
             return False
         if not self.check_mode:
@@ -359,6 +430,7 @@ class NodeChanges:
     ) -> bool:
         """Make ``path`` a directory with this mode and owner; True when it changed."""
         real = self.real(path)
+        self.watched.path(path)
         uid, gid = self._ids(owner, group)
         try:
             info = os.lstat(real)
@@ -389,6 +461,8 @@ class NodeChanges:
         Refuses when the directory holds anything but ``files`` (then it is not only ours).
         """
         real = self.real(path)
+        self.watched.path(path)
+        self.watched.listing(path)
         if not os.path.isdir(real):
             return False
         ours = {os.path.relpath(f, path) for f in files}
@@ -410,7 +484,9 @@ class NodeChanges:
     # --- commands ----------------------------------------------------------------
 
     def run(self, argv: Sequence[str], sentence: str, *, check: bool = True) -> CommandResult:
-        """Run a command that changes the node; in check mode only say it would run."""
+        """Run a command that changes the node; in check mode only say it would run. The
+        units a systemctl command names are watched."""
+        self.watched.command(argv)
         self.actions.append(sentence if not self.check_mode else f"would {sentence}")
         if self.check_mode:
             return CommandResult(0, "", "")

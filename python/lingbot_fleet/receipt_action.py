@@ -1,5 +1,20 @@
 """The controller's side of the receipts (``lingbot_fleet.receipts``): the digest an action
-plugin hands its module, and the receipt entry it answers from.
+plugin hands its module, and the answer it gives from a standing receipt.
+
+One rule for what enters the digest, the same for every answering action
+(``digest_options``): every option of the module's argument spec, except
+
+- the options that say which run this is (``RUN_OPTIONS``: the run id, the live runs,
+  where generations go, the digest itself), which decide nothing the node holds;
+- options marked ``no_log`` (the API key): no value derived from a secret leaves the
+  controller or lands on a node. Their effect is covered by the file the module wrote them
+  into, which the receipt watches (an edit there moves its signature);
+- options that carry node readings (``views``: the GPU facts, the planner's inputs) enter
+  through the module's own reduction of them, declared beside its argument spec, so a
+  reading that moves what the module decides moves the digest and nothing else does.
+
+The answer is the module's own no-op result, replayed (``receipts.replay``); no action
+writes an answer of its own.
 
 A receipt stands for the options a module converged with and for the code that decided what
 the node holds: a toolkit upgrade that writes a unit differently must not be answered by a
@@ -18,7 +33,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +65,47 @@ def receipt_digest(options: Mapping[str, Any], module_file: str | None) -> str:
         "module": file_digest(module_file) if module_file else None,
     }
     return receipts.options_digest(parts)
+
+
+# Options that say which run this is; they enter no digest.
+RUN_OPTIONS = frozenset(
+    {"generation_run_id", "generations_live_runs", "generations_dir", "receipt_digest"}
+)
+DigestViews = Mapping[str, Callable[[Mapping[str, Any]], Any]]
+
+
+def digest_options(
+    spec: Mapping[str, Mapping[str, Any]],
+    params: Mapping[str, Any],
+    views: DigestViews | None = None,
+) -> dict[str, Any]:
+    """The options a receipt's digest covers (the module's doc above): every option of
+    ``spec`` but RUN_OPTIONS and no_log ones, a reading option as its view."""
+    views = views or {}
+    return {
+        name: views[name](params) if name in views else params.get(name)
+        for name, option in sorted(spec.items())
+        if name not in RUN_OPTIONS and not option.get("no_log")
+    }
+
+
+def answer(
+    action: Any,
+    module: str,
+    role: str,
+    spec: Mapping[str, Mapping[str, Any]],
+    params: Mapping[str, Any],
+    *,
+    args: dict[str, Any],
+    task_vars: Mapping[str, Any],
+    views: DigestViews | None = None,
+) -> dict[str, Any] | None:
+    """Set ``args["receipt_digest"]``; the module's own no-op result when the role's
+    receipt stands for these options and this code, else None (the module runs)."""
+    receipt = standing_receipt(
+        action, module, role, digest_options(spec, params, views), args=args, task_vars=task_vars
+    )
+    return receipts.replay(receipt) if receipt is not None else None
 
 
 def standing_receipt(

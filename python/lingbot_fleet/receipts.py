@@ -1,35 +1,36 @@
-"""Receipts: what a module verified on a node, so a later run can tell nothing moved since.
+"""Receipts: a module's own no-op result, and what it depended on, so a later run can tell
+nothing moved since and answer with that result without a call.
 
 Stdlib-only: runs on nodes (shipped as ``ansible.module_utils.lingbot_fleet.receipts``).
+docs/converged-runs.md is the contract; in short:
 
-A module that has just brought its files and units into line writes a receipt for its
-role under ``RECEIPTS_DIR``: a digest of what it converged with (its options and the
-toolkit's code: the action plugin computes it on the controller and passes it as the
-module's ``receipt_digest``), and what it verified:
+A module call that changed nothing (outside check mode, given ``receipt_digest`` by its
+action plugin: the digest of its options and of the toolkit's code, see
+``lingbot_fleet.receipt_action``) keeps a receipt for its role under ``RECEIPTS_DIR``
+(``keep``). What the receipt watches is what the call's NodeChanges recorded (``nodefiles.
+Watched``), never a list kept by hand:
 
-- ``paths``: the stat signature of every path it manages (inode, size, mtime, ctime, mode,
-  owner of a file; mode and owner of a directory; None for a path that must be absent).
-  Any write, rename, chmod or chown of such a path changes its signature (the kernel sets
-  ctime on each), so equal signatures mean the files are the ones the module verified;
-- ``listings``: directories whose entries the module decides from (new instances, stale
-  ones), signed with their mtime, which every entry created, removed or renamed moves;
-- ``units``: the unit properties it requires (``UNIT_PROPERTIES``: a main PID and an
-  invocation id pin the very process it verified);
-- ``readings``: named values of the node that only a reading tells (``boot_state``: the
-  digest of every file the kernel command line is read from, and the boot id;
-  ``lingbot_answers``: each LingBot instance answering), read again by the caller's
-  reader of that name, which is given the recorded value;
-- ``data``: what the role's action needs to answer for the module (the result it gave, the
-  plan in force), kept as the module left it.
+- ``paths``: every path the call read, wrote, removed or tested, by its stat signature
+  (inode, size, mtime, ctime, mode, owner; a directory's mode and owner; None when absent:
+  any write, rename, chmod or chown moves ctime), or, under /proc and /sys where a stat
+  says nothing, by a digest of its content;
+- ``listings``: every directory whose entries the call listed, by inode and mtime;
+- ``units``: every unit the call ran systemctl on or read the state of, with all its
+  ``UNIT_PROPERTIES`` as they were when the receipt was written (a main PID and an
+  invocation id pin the very process);
+- ``readings``: named values only a reading tells (``boot_state``, ``lingbot_answers``),
+  read again by the reader of that name, given the recorded value;
+- ``data``: ``result``, the call's own result (what a call changing nothing says), and
+  whatever else the role's action checks its reading options against.
 
-gpu_facts, the first call of a run, returns every receipt with its paths, listings, units
-and readings now (``current``); the role's action plugin then answers without a module
-call only when the digest is the receipt's and nothing moved (``unchanged``). Anything
-else runs the module, which decides from the files themselves and writes a new receipt.
+A call that changed something, or failed, leaves no receipt: the next call that changes
+nothing writes it, so the answer stored is always a real no-op result.
 
-A receipt is toolkit state, like the saved probe: not a managed file, not in the
-generations. A stale receipt (after a rollback, an upgrade, an edit) only costs the module
-call it would have saved.
+gpu_facts, the first call of a run, returns every receipt with its evidence now
+(``current``); the action answers with the stored result only when the digest is the
+receipt's and nothing moved (``unchanged``); anything else runs the module. A receipt is
+toolkit state, like the saved probe: not a managed file, not in the generations, and only
+a saving: nothing may be gated on its existence.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ from typing import Any
 from .atomic import write_atomic
 from .state_dirs import RECEIPTS_DIR
 
-SCHEMA = 1
+# 2: the module's own result in data.result, evidence from NodeChanges.watched, no digest
+# of no_log options. A receipt of another schema is not read (nor returned to the controller).
+SCHEMA = 2
 FACT_NAME = "lingbot_receipts"
 # The unit properties a receipt can require, read by gpu_facts in one systemctl call.
 UNIT_PROPERTIES = (
@@ -65,6 +68,31 @@ def options_digest(options: Mapping[str, Any]) -> str:
     action plugin on the controller compute it from the same validated options."""
     text = json.dumps(options, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# Node paths whose stat says nothing of their content: their evidence is a content digest.
+PSEUDO_FILE_PREFIXES = ("/proc/", "/sys/")
+# The key of a module's result that says where the answer came from: "written",
+# "unchanged", "removed", "none", "not written: ..." from the module; "stands" when the
+# action answered from the receipt.
+RESULT_KEY = "receipt"
+
+
+def content_signature(real_path: str) -> list[str] | None:
+    """["sha256", digest of the content], or None when it cannot be read."""
+    try:
+        with open(real_path, "rb") as handle:
+            return ["sha256", hashlib.sha256(handle.read()).hexdigest()]
+    except OSError:
+        return None
+
+
+def evidence(root: str, path: str) -> list[Any] | None:
+    """What a receipt records of a node path: its content digest under /proc and /sys,
+    else its stat signature."""
+    if path.startswith(PSEUDO_FILE_PREFIXES):
+        return content_signature(_real(root, path))
+    return signature(_real(root, path))
 
 
 def signature(real_path: str) -> list[int] | None:
@@ -125,7 +153,7 @@ def write_receipt(
         "schema": SCHEMA,
         "role": role,
         "options_digest": digest,
-        "paths": {path: signature(_real(root, path)) for path in sorted(set(paths))},
+        "paths": {path: evidence(root, path) for path in sorted(set(paths))},
         "units": {name: dict(required) for name, required in sorted(units.items())},
     }
     if listings:
@@ -226,7 +254,7 @@ def read_receipts(
     for entry in found.values():
         receipt = entry["receipt"]
         entry["current"] = {
-            "paths": {path: signature(_real(root, path)) for path in receipt["paths"]},
+            "paths": {path: evidence(root, path) for path in receipt["paths"]},
             "listings": {
                 path: listing_signature(_real(root, path)) for path in receipt.get("listings", {})
             },
@@ -265,7 +293,7 @@ def unchanged(entry: Any, digest: str, now_s: float) -> str | None:  # noqa: PLR
     for unit, required in (receipt.get("units") or {}).items():
         now = units.get(unit) or {}
         for key, value in required.items():
-            if now.get(key) != value:
+            if (now.get(key) or "") != value:
                 return f"{unit} is {key}={now.get(key) or 'unknown'}, not {value}"
     return None
 
@@ -286,6 +314,75 @@ def parse_show_all(text: str) -> dict[str, dict[str, str]]:
 
 
 # The option every module that keeps a receipt takes: the digest its action plugin
-# computed (lingbot_fleet.receipt_action.receipt_digest). Without it the module keeps the
-# receipt it has (topo_monitor and pcie_acs: a digest of its own options).
+# computed (lingbot_fleet.receipt_action.receipt_digest). Without it no receipt is kept.
 RECEIPT_ARGUMENT_SPEC: dict[str, dict[str, Any]] = {"receipt_digest": {"type": "str"}}
+
+
+def show_units(systemctl: str) -> Callable[[Sequence[str]], dict[str, dict[str, str]]]:
+    """A reader of UNIT_PROPERTIES of units in one ``systemctl show`` call ({} when it
+    fails): what ``keep`` records and gpu_facts reads again."""
+    from .nodefiles import run_command  # noqa: PLC0415 - only a call that keeps a receipt
+
+    def show(units: Sequence[str]) -> dict[str, dict[str, str]]:
+        properties = ",".join(("Id", *UNIT_PROPERTIES))
+        done = run_command(
+            [systemctl, "show", f"--property={properties}", "--", *units], check=False
+        )
+        return parse_show_all(done.stdout) if done.rc == 0 else {}
+
+    return show
+
+
+def keep(
+    role: str,
+    digest: str | None,
+    changes: Any,
+    result: Mapping[str, Any],
+    show_units: Callable[[Sequence[str]], dict[str, dict[str, str]]],
+    *,
+    root: str = "/",
+    readings: Mapping[str, Any] | None = None,
+    data: Mapping[str, Any] | None = None,
+) -> str:
+    """After a module call (``changes``: its NodeChanges, ``result``: what it returns): a
+    receipt of the call when it changed nothing, none when it changed something. Returns
+    what became of the receipt, for the result's ``receipt`` key. Only a saving: a receipt
+    that cannot be written costs the next run the call it would have saved."""
+    if not digest:
+        return "none (no receipt_digest)"
+    try:
+        if result.get("changed") or result.get("failed"):
+            return "removed" if remove_receipt(role, root) else "none"
+        units = sorted(changes.watched.units)
+        states = show_units(units) if units else {}
+        written = write_receipt(
+            role,
+            digest,
+            changes.watched.paths,
+            {unit: _required(states.get(unit) or {}) for unit in units},
+            root,
+            listings=changes.watched.listings,
+            readings=readings,
+            data={**(data or {}), "result": recorded_result(result)},
+        )
+    except (OSError, ValueError) as error:
+        return f"not written: {error}"
+    return "written" if written else "unchanged"
+
+
+def _required(state: Mapping[str, str]) -> dict[str, str]:
+    return {name: str(state.get(name, "")) for name in UNIT_PROPERTIES}
+
+
+def recorded_result(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The result a receipt keeps: the module's, less where the answer came from."""
+    return json.loads(json.dumps({k: v for k, v in result.items() if k != RESULT_KEY}))
+
+
+def replay(receipt: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The module's own result as the receipt keeps it, marked as answered from it; None
+    when the receipt holds no result (the module runs)."""
+    stored = (receipt.get("data") or {}).get("result")
+    if not isinstance(stored, dict):
+        return None
+    return {**json.loads(json.dumps(stored)), RESULT_KEY: "stands"}

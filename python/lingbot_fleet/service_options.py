@@ -1,26 +1,21 @@
-"""The options of the lingbot_service module, and what its receipt keeps and answers.
+"""The options of the lingbot_service module, and what its action checks before it answers.
 
 One owner for both sides. The module validates its options with ARGUMENT_SPEC and, after a
-call that planned on the node (``plan_inputs``), converged and saw every instance ready,
-writes the receipt (``lingbot_fleet.receipts``):
-
-- ``paths``: every file and directory it manages (``managed_paths``), the model's
-  config.json, numactl, and /etc/passwd and /etc/group (the service account);
-- ``listings``: /etc/lingbot, the unit directory and its ``*.wants`` directories, where a
-  new or stale instance would show;
-- ``units``: each instance active and enabled, with the main PID and invocation id it had
-  when it answered the readiness check, so a restart since, a crash included, moves it;
-- ``readings``: every instance answering ``GET /metrics`` (``service_reading``), which
-  gpu_facts reads again each run: a hung or failing instance moves it;
-- ``data``: plan.json as it is now and what the model's config.json held.
+call that planned on the node (``plan_inputs``), changed nothing and saw every instance
+ready, keeps its receipt (``lingbot_fleet.receipts.keep``): what its NodeChanges read,
+wrote, listed and ran systemctl on, its own result, the reading each later run takes
+(``service_reading``: every instance answering ``GET /metrics``), and ``data``: plan.json as
+it is now and what the model's config.json held.
 
 The action plugin of the same name gathers the planner's inputs on the controller, as
-always. When the receipt stands (same digest of options and code, nothing moved), it plans
-there with the very function the module plans with (``plan.node.plan_with``: the inputs,
-the plan in force and the layers, both from the receipt); when that plan is the one in
-force (``lingbot_layout.same_plan``), every file the module would write is the one it left
-and every instance is the process it saw ready, still answering, so it answers as a call
-changing nothing would, without a connection. A new plan, any move, a refusal: the module runs.
+always. Those inputs carry readings of the node (link speeds, a newer probe's timestamp),
+so they enter the receipt's digest through the module's own reduction of them: the plan
+they make. When the receipt stands (same digest of the other options and of the code,
+nothing moved), the action plans with the very function the module plans with
+(``plan.node.plan_with``: the inputs, the plan in force and the layers, both from the
+receipt); when that plan is the one in force (``lingbot_layout.same_plan``), it answers with
+the module's recorded result (``receipt_answer``). A new plan, any move, a refusal: the
+module runs. docs/converged-runs.md is the contract.
 
 Stdlib only: runs on nodes too.
 """
@@ -28,7 +23,6 @@ Stdlib only: runs on nodes too.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,7 +30,7 @@ from . import lingbot_layout as layout
 from .nodefiles import GENERATION_ARGUMENT_SPEC
 from .plan import PlanInputError
 from .plan.node import NodePlan, decide_layers, plan_with
-from .receipts import RECEIPT_ARGUMENT_SPEC
+from .receipts import RECEIPT_ARGUMENT_SPEC, replay
 from .service_reading import ANSWERS_READING, address
 
 RECEIPT_ROLE = "lingbot_service"
@@ -79,77 +73,17 @@ ARGUMENT_SPEC: dict[str, Any] = {
     **GENERATION_ARGUMENT_SPEC,
     **RECEIPT_ARGUMENT_SPEC,
 }
-# Options that decide nothing the node holds: the plan's inputs (the action plans from them
-# afresh), where files are saved, how much journal a failure shows.
-NOT_RECEIPT_OPTIONS = frozenset(
-    {
-        "plan",
-        "plan_inputs",
-        "readiness_only",
-        "journal_lines",
-        "receipt_digest",
-        *GENERATION_ARGUMENT_SPEC,
-    }
-)
+# The options that carry node readings: the plan's inputs enter the digest as the marker
+# below and are checked through the plan they make (``receipt_answer``); a plan passed in is
+# never answered from a receipt.
+PLAN_CHECKED = "checked through the plan they make (service_options.receipt_answer)"
+DIGEST_VIEWS = {"plan_inputs": lambda _params: PLAN_CHECKED, "plan": lambda _params: None}
 # The options an action validates on the controller beside the inputs it gathered itself.
 DECISION_SPEC = {
     key: spec for key, spec in ARGUMENT_SPEC.items() if key not in ("plan", "plan_inputs")
 }
+# The account database the module decides the service account from.
 ACCOUNT_FILES = ("/etc/passwd", "/etc/group")
-# What each instance must still be for the receipt to stand; MainPID and InvocationID are
-# added with the values the instance had when it was seen ready.
-UNIT_REQUIRED = {"LoadState": "loaded", "UnitFileState": "enabled", "ActiveState": "active"}
-
-
-def receipt_options(params: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: params.get(key) for key in ARGUMENT_SPEC if key not in NOT_RECEIPT_OPTIONS}
-
-
-def managed_paths(params: Mapping[str, Any], names: Sequence[str]) -> list[str]:
-    """Every path the module writes, or keeps absent, for these instances, and what else it
-    decides from: the model's config.json, numactl, the account files."""
-    paths = [
-        layout.CONFIG_DIR,
-        layout.PLAN_PATH,
-        layout.template_path(),
-        os.path.dirname(layout.WARM_UP_PROGRAM),
-        layout.WARM_UP_PROGRAM,
-        os.path.join(params["model_path"], "config.json"),
-        params["numactl"],
-        *ACCOUNT_FILES,
-    ]
-    for name in names:
-        paths += [
-            layout.instance_dir(name),
-            layout.marker_path(name),
-            layout.config_path(name),
-            layout.secrets_path(name),
-            layout.dropin_path(name),
-        ]
-    return paths
-
-
-def listed_dirs(root: str) -> list[str]:
-    """Where a new or a stale instance shows (``lingbot_layout.present_instances``)."""
-    unit_root = layout.on_root(root, layout.UNIT_DIR)
-    try:
-        wants = sorted(name for name in os.listdir(unit_root) if name.endswith(".wants"))
-    except OSError:
-        wants = []
-    return [layout.CONFIG_DIR, layout.UNIT_DIR, *(f"{layout.UNIT_DIR}/{name}" for name in wants)]
-
-
-def unit_requirements(states: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]]:
-    """unit -> the properties a receipt requires, from each instance's state when it was
-    seen ready (``states``: instance name -> systemctl show properties)."""
-    return {
-        layout.unit_name(name): {
-            **UNIT_REQUIRED,
-            "MainPID": state.get("MainPID", ""),
-            "InvocationID": state.get("InvocationID", ""),
-        }
-        for name, state in states.items()
-    }
 
 
 def answers_reading(
@@ -188,50 +122,35 @@ def plan_from_receipt(params: Mapping[str, Any], receipt: Mapping[str, Any]) -> 
         return None
 
 
-def receipt_answer(
-    params: Mapping[str, Any], receipt: Mapping[str, Any], diff: bool
-) -> dict[str, Any] | None:
-    """The result of a call that changes nothing, when the plan made from the receipt is
-    the plan in force; None otherwise (the module runs)."""
+def plan_fields(planned: NodePlan | None) -> dict:
+    """What the module's result says of the plan made on the node (nothing for a plan
+    passed in)."""
+    if planned is None:
+        return {}
+    return {"plan": planned.plan, "model_layers_source": planned.model_layers_source}
+
+
+def with_plan_fact(result: dict, planned: NodePlan | None) -> dict:
+    """``result`` with the plan made and the fact lingbot_plan (beside the others)."""
+    if planned is None:
+        return result
+    facts = {**result.get("ansible_facts", {}), "lingbot_plan": planned.plan}
+    return {**result, **plan_fields(planned), "ansible_facts": facts}
+
+
+def receipt_answer(params: Mapping[str, Any], receipt: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The module's recorded result, when the plan made from the receipt is the plan in
+    force and the module would not refuse it; None otherwise (the module runs). The plan
+    the result carries is the one made now, by the module's own ``with_plan_fact``: the
+    same figures from a newer probe keep plan.json but carry the newer probe's stamp."""
     planned = plan_from_receipt(params, receipt)
     if planned is None or planned.refusal(params["fail_without_instances"]) is not None:
         return None
-    plan = planned.plan
-    names = [instance["name"] for instance in plan["instances"]]
-    units = receipt.get("units") or {}
-    if not names or sorted(units) != sorted(layout.unit_name(name) for name in names):
+    if not layout.same_plan(receipt["data"]["plan_text"], planned.plan):
         return None
-    if not layout.same_plan(receipt["data"]["plan_text"], plan):
+    answer = replay(receipt)
+    if answer is None:
         return None
-    readiness = {
-        instance["name"]: {
-            "ready": True,
-            "port": int(instance["port"]),
-            "main_pid": int(units[layout.unit_name(instance["name"])].get("MainPID") or 0),
-            "since": "verified ready by an earlier run; the same process since (receipt)",
-        }
-        for instance in plan["instances"]
-    }
-    result: dict[str, Any] = {
-        "changed": False,
-        "actions": [],
-        "changed_paths": [],
-        "instances": names,
-        "files": [],
-        "removed_instances": [],
-        "daemon_reload": False,
-        "readiness": readiness,
-        "restarted": [],
-        "started": [],
-        "enabled": [],
-        "plan": plan,
-        "model_layers_source": planned.model_layers_source,
-        "ansible_facts": {"lingbot_plan": plan},
-        "receipt": "stands",
-        "msg": "nothing changed since the module saw every instance ready (receipt); no call",
-    }
     if planned.warnings:
-        result["warnings"] = list(planned.warnings)
-    if diff:
-        result["diff"] = []
-    return result
+        answer["warnings"] = list(planned.warnings)
+    return with_plan_fact(answer, planned)

@@ -5,126 +5,29 @@ the generations sets the bits back as they were."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from facts_support import boot_lab_node
-from malformed_support import role_module, run_module
+from acs_support import (
+    GDIR,
+    PASSTHROUGH,
+    REPO,
+    ROOT_PORT,
+    SWITCH_PORTS,
+    TRANSLATING,
+    Node,
+)
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+from malformed_support import role_module
 
 from lingbot_fleet import acs, generations, receipts, rollback
-from lingbot_fleet.facts import gather_facts
-
-REPO = Path(__file__).resolve().parents[2]
-PROFILE = REPO / "lab" / "profiles" / "a6000-iommu-acs.yml"
-SWITCH_PORTS = ["0000:18:00.0", "0000:18:01.0"]
-ROOT_PORT = "0000:16:01.0"
-PASSTHROUGH = "BOOT_IMAGE=/boot/vmlinuz ro quiet intel_iommu=on iommu=pt"
-TRANSLATING = "BOOT_IMAGE=/boot/vmlinuz ro quiet intel_iommu=on"
-GDIR = "/var/lib/lingbot-fleet/generations"
-
-SYSTEMCTL = """#!{python}
-# systemctl for one unit: its state in a file, start/stop run the unit's ExecStart/ExecStop.
-import json, os, subprocess, sys
-unit_path = {unit_path!r}
-state_path = {state_path!r}
-with open({log!r}, "a") as log:
-    log.write(" ".join(sys.argv[1:]) + "\\n")
-state = {{"UnitFileState": "disabled", "ActiveState": "inactive"}}
-if os.path.exists(state_path):
-    state = json.load(open(state_path))
-def run(key):
-    for line in open(unit_path).read().splitlines():
-        if line.startswith(key + "="):
-            subprocess.run(line.split("=", 1)[1], shell=True, check=True)
-verb, rest = sys.argv[1], sys.argv[2:]
-if verb == "show":
-    loaded = "loaded" if os.path.exists(unit_path) else "not-found"
-    print(f"LoadState={{loaded}}\\nUnitFileState={{state['UnitFileState']}}")
-    print(f"ActiveState={{state['ActiveState']}}")
-elif verb in ("start", "restart"):
-    if verb == "restart" and state["ActiveState"] == "active":
-        run("ExecStop")
-    run("ExecStart")
-    state["ActiveState"] = "active"
-elif verb == "stop" or (verb == "disable" and "--now" in rest):
-    if state["ActiveState"] == "active":
-        run("ExecStop")
-    state["ActiveState"] = "inactive"
-if verb == "enable":
-    state["UnitFileState"] = "enabled"
-elif verb == "disable":
-    state["UnitFileState"] = "disabled"
-elif verb == "is-active":
-    sys.exit(0 if state["ActiveState"] == "active" else 3)
-json.dump(state, open(state_path, "w"))
-"""
-
-
-class Node:
-    """A lab node's tree with the commands the module and the rollback run."""
-
-    def __init__(self, tmp_path: Path, cmdline: str, monkeypatch: pytest.MonkeyPatch) -> None:
-        raw = yaml.safe_load(PROFILE.read_text())
-        self.lab = boot_lab_node(raw, tmp_path, cmdline=cmdline)
-        self.root = self.lab.root
-        (self.root / "etc/systemd/system").mkdir(parents=True)
-        bin_dir = tmp_path / "bin"
-        bin_dir.mkdir()
-        self.log = tmp_path / "systemctl.log"
-        (bin_dir / "systemctl").write_text(
-            SYSTEMCTL.format(
-                python=sys.executable,
-                unit_path=str(self.root / acs.UNIT_PATH.lstrip("/")),
-                state_path=str(tmp_path / "unit-state.json"),
-                log=str(self.log),
-            )
-        )
-        # The real setpci, reading and writing the node tree's config space files.
-        self.setpci = bin_dir / "setpci"
-        self.setpci.write_text(
-            f'#!/bin/sh\nexec {shutil.which("setpci")} -O sysfs.path={self.root}/sys/bus/pci "$@"\n'
-        )
-        for stub in bin_dir.iterdir():
-            stub.chmod(0o755)
-        monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-
-    def facts(self) -> dict[str, Any]:
-        return gather_facts(self.root, use_nvml=False, smi_command=["false"])
-
-    def acs_word(self, bdf: str) -> int:
-        read = subprocess.run(
-            [str(self.setpci), "-s", bdf, acs.ACS_CONTROL_REGISTER],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return int(read.stdout.strip(), 16)
-
-    def run(
-        self,
-        monkeypatch: pytest.MonkeyPatch,
-        facts: dict[str, Any],
-        *,
-        check_mode: bool = False,
-        **args: Any,
-    ) -> dict[str, Any]:
-        arguments = {
-            "facts": facts,
-            "root": str(self.root),
-            "setpci": str(self.setpci),
-            "generation_run_id": "run-1",
-            **args,
-        }
-        return run_module(
-            monkeypatch, role_module("pcie_acs", "pcie_acs"), arguments, check_mode=check_mode
-        )
+from lingbot_fleet.receipt_action import digest_options
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -169,7 +72,15 @@ def test_named_switch_ports_lose_redirect_and_a_rollback_sets_it_back(
     calls = node.log.read_text()
     again = node.run(monkeypatch, node.facts(), redirect_off_bridges=SWITCH_PORTS)
     assert again["failed"] is False and again["changed"] is False, again
-    assert node.log.read_text()[len(calls) :].split() == ["show", *acs_show_args()]
+    # Only reads: the unit's state to decide, and the properties of the unit it watched
+    # for the receipt of a call that changed nothing.
+    receipt_show = [f"--property=Id,{','.join(receipts.UNIT_PROPERTIES)}", "--", acs.UNIT_NAME]
+    assert node.log.read_text()[len(calls) :].split() == [
+        "show",
+        *acs_show_args(),
+        "show",
+        *receipt_show,
+    ]
 
     generations.commit(GDIR, "run-1", {"playbook": "site.yml"}, root=str(node.root))
     before = tree(node.root)
@@ -205,7 +116,8 @@ def test_an_empty_list_takes_the_unit_away_and_restores_the_bits(
     assert removed["failed"] is False and removed["changed"] is True, removed
     assert [node.acs_word(bdf) for bdf in SWITCH_PORTS] == [0x001D, 0x001D]
     assert not (node.root / acs.UNIT_PATH.lstrip("/")).exists()
-    assert removed["receipt"] == "removed"
+    # A call that changed something keeps no receipt.
+    assert removed["receipt"] == "none"
     # The facts the probe reads next show the bits back (a probe taken with them off is
     # not reused).
     assert removed["ports_written"] == SWITCH_PORTS
@@ -289,30 +201,106 @@ def test_a_port_already_off_is_left_alone_unless_the_unit_turned_it_off() -> Non
     ]
 
 
-def test_the_receipt_stands_only_while_the_facts_show_redirect_off(
+def show_units(node: Node):
+    """systemctl show of units as gpu_facts reads them, through the node's systemctl."""
+    return receipts.show_units(shutil.which("systemctl") or "systemctl")
+
+
+def reading(node: Node) -> dict[str, Any]:
+    return receipts.read_receipts(str(node.root), show_units(node), time.time())[acs.RECEIPT_ROLE]
+
+
+def action_digest(node: Node, facts: dict[str, Any], named: list[str]) -> str:
+    """The digest the action computes (every option but the run's; the facts as the view
+    the module decides from)."""
+    params = {
+        "redirect_off_bridges": named,
+        "allow_translating_iommu": False,
+        "facts": facts,
+        "setpci": str(node.setpci),
+        "verify": True,
+        "root": str(node.root),
+    }
+    return receipts.options_digest(digest_options(acs.ARGUMENT_SPEC, params, acs.DIGEST_VIEWS))
+
+
+def test_the_receipt_stands_only_while_the_module_would_change_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What the action plugin asks before it answers without a module call."""
     node = Node(tmp_path, PASSTHROUGH, monkeypatch)
-    done = node.run(monkeypatch, node.facts(), redirect_off_bridges=SWITCH_PORTS)
-    assert done["receipt"] == "written"
-    options = acs.receipt_options(SWITCH_PORTS, False, str(node.setpci))
-    digest = receipts.options_digest(options)
-
-    def entry(unit_state: dict[str, str]) -> dict[str, Any]:
-        found = receipts.read_receipts(
-            str(node.root), lambda units: dict.fromkeys(units, unit_state), time.time()
-        )
-        return found[acs.RECEIPT_ROLE]
-
-    assert receipts.unchanged(entry(acs.UNIT_REQUIRED), digest, time.time()) is None
-    assert acs.facts_agree(SWITCH_PORTS, node.facts(), allow=False) is None
-    failed = {"UnitFileState": "enabled", "ActiveState": "failed"}
-    assert receipts.unchanged(entry(failed), digest, time.time()) is not None
-    other = receipts.options_digest(acs.receipt_options(SWITCH_PORTS[:1], False, "setpci"))
-    assert receipts.unchanged(entry(acs.UNIT_REQUIRED), other, time.time()) is not None
-    # The bits came back (a boot whose unit failed): the facts say so, the module runs.
+    named = {"redirect_off_bridges": SWITCH_PORTS}
+    done = node.run(monkeypatch, node.facts(), **named)
+    assert done["changed"] is True and done["receipt"] == "none"
+    digest = action_digest(node, node.facts(), SWITCH_PORTS)
+    again = node.run(monkeypatch, node.facts(), **named, receipt_digest=digest)
+    assert again["changed"] is False and again["receipt"] == "written"
+    entry = reading(node)
+    assert receipts.unchanged(entry, digest, time.time()) is None
+    # What the receipt watches is what the call read and ran systemctl on.
+    assert set(entry["receipt"]["paths"]) == {acs.UNIT_PATH}
+    assert set(entry["receipt"]["units"]) == {acs.UNIT_NAME}
+    assert entry["receipt"]["units"][acs.UNIT_NAME]["ActiveState"] == "active"
+    # The answer is the module's own: a third call says the same, every key.
+    answer = receipts.replay(entry["receipt"])
+    third = node.run(monkeypatch, node.facts(), **named, receipt_digest=digest)
+    assert answer is not None and answer.pop("receipt") == "stands"
+    assert answer == {key: third[key] for key in third if key not in ("receipt", "failed")}
+    # Another list of ports is another digest; a bridge's link moving in the facts is not.
+    assert action_digest(node, node.facts(), SWITCH_PORTS[:1]) != digest
+    moved = node.facts()
+    for gpu in moved["gpus"]:
+        for bridge in gpu.get("bridges") or []:
+            bridge["current_link"] = {"generation": 1, "width": 1}
+    assert action_digest(node, moved, SWITCH_PORTS) == digest
+    # The unit failing takes it down.
+    state_path = tmp_path / "unit-state.json"
+    state = json.loads(state_path.read_text())
+    state_path.write_text(json.dumps({**state, "ActiveState": "failed"}))
+    assert receipts.unchanged(reading(node), digest, time.time()) is not None
+    state_path.write_text(json.dumps(state))
+    assert receipts.unchanged(reading(node), digest, time.time()) is None
+    # The bits came back (a boot whose unit failed): the facts say so, the digest moves.
     subprocess.run([str(node.setpci), "-s", SWITCH_PORTS[1], "ECAP_ACS+6.w=000c:000c"], check=True)
-    assert acs.facts_agree(SWITCH_PORTS, node.facts(), allow=False) == (
-        "ACS redirect is on at 0000:18:01.0 (or it is not above a GPU)"
-    )
+    assert action_digest(node, node.facts(), SWITCH_PORTS) != digest
+
+
+def role_runs(*, bridges: list[str], ansible_facts: dict[str, Any]) -> bool:
+    """The role's task condition (roles/pcie_acs/tasks/main.yml), evaluated by Ansible."""
+    [task] = yaml.safe_load((REPO / "roles/pcie_acs/tasks/main.yml").read_text())
+    role_vars = yaml.safe_load((REPO / "roles/pcie_acs/vars/main.yml").read_text())
+    variables = {
+        **role_vars,
+        "pcie_acs_redirect_off_bridges": bridges,
+        "ansible_facts": ansible_facts,
+    }
+    templar = Templar(loader=DataLoader(), variables=variables)
+    return templar.evaluate_conditional(trust_as_template(task["when"])) is True
+
+
+def test_a_lost_receipt_with_the_ports_cleared_still_removes_the_unit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The role runs on what is on the node (its unit, as gpu_facts lists the toolkit's
+    units), never on a receipt's existence: a receipt is only a saving."""
+    node = Node(tmp_path, PASSTHROUGH, monkeypatch)
+    node.run(monkeypatch, node.facts(), redirect_off_bridges=SWITCH_PORTS)
+    kept = node.run(monkeypatch, node.facts(), redirect_off_bridges=SWITCH_PORTS)
+    assert kept["receipt"] == "written"
+    assert receipts.remove_receipt(acs.RECEIPT_ROLE, str(node.root))
+    gpu_facts = role_module("gpu_facts", "gpu_facts")
+    facts = {"lingbot_toolkit_units": gpu_facts.toolkit_units(str(node.root))}
+    assert facts["lingbot_toolkit_units"] == [acs.UNIT_NAME]
+    assert role_runs(bridges=[], ansible_facts=facts)
+    assert not role_runs(bridges=[], ansible_facts={"lingbot_toolkit_units": []})
+    assert role_runs(bridges=SWITCH_PORTS, ansible_facts={})
+    removed = node.run(monkeypatch, node.facts(), redirect_off_bridges=[])
+    assert removed["failed"] is False and removed["changed"] is True, removed
+    assert not (node.root / acs.UNIT_PATH.lstrip("/")).exists()
+    assert [node.acs_word(bdf) for bdf in SWITCH_PORTS] == [0x001D, 0x001D]
+    assert gpu_facts.toolkit_units(str(node.root)) == []
+
+
+def test_the_role_names_the_unit_the_module_installs() -> None:
+    role_vars = yaml.safe_load((REPO / "roles/pcie_acs/vars/main.yml").read_text())
+    assert role_vars["__pcie_acs_unit_name"] == acs.UNIT_NAME

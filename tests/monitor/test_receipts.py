@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 from lingbot_fleet import receipts
-from lingbot_fleet.monitor.install_options import (
-    INSTALL_ARGUMENT_SPEC,
-    managed_files,
-    receipt_options,
-    unit_paths,
-)
+from lingbot_fleet.monitor.install_options import INSTALL_ARGUMENT_SPEC, managed_files, unit_paths
+from lingbot_fleet.receipt_action import digest_options
 
 TIMER = "lingbot-fleet-monitor.timer"
 ACTIVE = {TIMER: {"Id": TIMER, "UnitFileState": "enabled", "ActiveState": "active"}}
@@ -97,20 +94,24 @@ def test_damaged_or_foreign_receipts_are_ignored(tmp_path: Path) -> None:
     (directory / "topo_monitor.json").write_text("{not json")
     (directory / "other.json").write_text('{"schema": 1, "role": "topo_monitor"}')
     (directory / "notes.txt").write_text("x")
+    # A receipt of the earlier schema (its digest may hold a no_log option) is not read.
+    earlier = {"schema": 1, "role": "lingbot_service", "options_digest": "d1", "paths": {}}
+    (directory / "lingbot_service.json").write_text(json.dumps({**earlier, "units": {}}))
     assert reading(root) == {}
     assert receipts.unchanged(None, "d1", NOW_S) == "no receipt"
 
 
-def test_the_digest_is_of_the_options_that_decide_what_the_node_holds() -> None:
+def test_the_digest_is_of_every_option_but_the_run_ones() -> None:
     params = {key: spec.get("default") for key, spec in INSTALL_ARGUMENT_SPEC.items()}
     params |= {"app_checksum": "ab" * 32, "python": "/usr/bin/python3", "config": {"a": 1}}
-    digest = receipts.options_digest(receipt_options(params))
-    # Where the archive was uploaded does not matter; the archive's checksum does.
-    assert receipts.options_digest(receipt_options({**params, "app_src": "/tmp/x"})) == digest
-    assert receipts.options_digest(receipt_options({**params, "app_checksum": "cd" * 32})) != (
-        digest
-    )
-    assert receipts.options_digest(receipt_options({**params, "config": {"a": 2}})) != digest
+
+    def digest(**changed: object) -> str:
+        return receipts.options_digest(digest_options(INSTALL_ARGUMENT_SPEC, {**params, **changed}))
+
+    # The archive's checksum and the configuration are options like any other.
+    assert digest(app_checksum="cd" * 32) != digest()
+    assert digest(config={"a": 2}) != digest()
+    assert digest(interval="10min") != digest()
     assert managed_files(params)[-2:] == list(unit_paths(params).values())
     assert list(unit_paths(params)) == [
         "lingbot-fleet-monitor.service",

@@ -25,7 +25,6 @@ import lingbot_fleet.generations
 import lingbot_fleet.grub
 import lingbot_fleet.nodefiles
 import lingbot_fleet.receipts
-from lingbot_fleet import kernel_options
 from lingbot_fleet.bootfiles import BOOT_STATE_READING, boot_state_digest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -161,17 +160,20 @@ def params(root: Path, **overrides: Any) -> dict[str, Any]:
     return values
 
 
-def configure(node: Node, *, check_mode: bool = False, **overrides: Any) -> dict[str, Any]:
-    values = params(node.root, **overrides)
-    changes = lingbot_fleet.nodefiles.NodeChanges(
+def node_changes(values: dict[str, Any], check_mode: bool) -> lingbot_fleet.nodefiles.NodeChanges:
+    return lingbot_fleet.nodefiles.NodeChanges(
         check_mode=check_mode,
-        root=str(node.root),
+        root=values["root"],
         generations_dir=values["generations_dir"],
         run_id=values["generation_run_id"],
         backup_dir=None if values["generation_run_id"] else values["backup_dir"],
         backup_stamp="20250101T000000",
     )
-    return kc.configure(values, changes, node.find_bin)
+
+
+def configure(node: Node, *, check_mode: bool = False, **overrides: Any) -> dict[str, Any]:
+    values = params(node.root, **overrides)
+    return kc.configure(values, node_changes(values, check_mode), node.find_bin)
 
 
 DEBIAN12 = (SAMPLES / "debian12.grub").read_text()
@@ -844,32 +846,40 @@ def reading(node: Node) -> dict[str, Any]:
     return found["kernel_cmdline"]
 
 
-def kept(node: Node, result: dict[str, Any], digest: str = "d1") -> str:
-    return kc.keep_receipt(params(node.root, receipt_digest=digest), result)
+def kept(node: Node, digest: str | None = "d1") -> tuple[dict[str, Any], str]:
+    """A configure call and what became of its receipt (the module's keep_receipt)."""
+    values = params(node.root, receipt_digest=digest)
+    changes = node_changes(values, False)
+    result = kc.configure(values, changes, node.find_bin)
+    return result, kc.keep_receipt(values, changes, result)
 
 
-def test_the_receipt_answers_as_a_call_that_changes_nothing(tmp_path: Path) -> None:
+def test_the_receipt_keeps_the_result_of_a_call_that_changed_nothing(tmp_path: Path) -> None:
     node = installed(tmp_path)
     (node.root / "proc/sys/kernel/random").mkdir(parents=True)
     (node.root / "proc/sys/kernel/random/boot_id").write_text("boot-1\n")
-    applied = configure(node)
-    assert applied["changed"] is True
-    assert kept(node, applied) == "written"
-    assert kept(node, applied) == "unchanged"
+    applied, receipt = kept(node)
+    assert applied["changed"] is True and receipt == "none"
+    again, receipt = kept(node)
+    assert again["changed"] is False and receipt == "written"
+    assert kept(node)[1] == "unchanged"
     entry = reading(node)
     assert lingbot_fleet.receipts.unchanged(entry, "d1", 1_800_000_000.0) is None
     assert lingbot_fleet.receipts.unchanged(entry, "d2", 1_800_000_000.0) == (
         "the options changed since the receipt"
     )
-    answer = kernel_options.receipt_answer(entry["receipt"], diff=True)
-    again = configure(node)
-    assert answer is not None and again["changed"] is False
-    for key in ("changed", "actions", "changed_paths", "diff", *kernel_options.ANSWER_KEYS):
-        assert answer[key] == again[key], key
-    assert answer["ansible_facts"] == again["ansible_facts"]
-    assert answer["receipt"] == "stands"
-    assert "diff" not in kernel_options.receipt_answer(entry["receipt"], diff=False)
+    answer = lingbot_fleet.receipts.replay(entry["receipt"])
+    third = configure(node)
+    assert answer is not None and third["changed"] is False
+    # The module's own result, every key; only where the answer came from differs.
+    assert answer.pop("receipt") == "stands"
+    assert answer == third
     assert oct((node.root / RECEIPT).stat().st_mode & 0o777) == "0o600"
+    # A call that changes something takes the receipt away.
+    node.boot(RUNNING_NEW)
+    (node.root / "etc/default/grub").write_text(DEBIAN12)
+    assert kept(node)[1] == "removed"
+    assert not (node.root / RECEIPT).exists()
 
 
 BOOT_MOVES = {
@@ -909,7 +919,8 @@ def test_any_boot_file_or_the_boot_moving_takes_the_receipt_down(tmp_path: Path,
     node = installed(tmp_path)
     (node.root / "proc/sys/kernel/random").mkdir(parents=True)
     (node.root / "proc/sys/kernel/random/boot_id").write_text("boot-1\n")
-    kept(node, configure(node))
+    kept(node)
+    assert kept(node)[1] == "written"
     BOOT_MOVES[move](node.root)
     assert lingbot_fleet.receipts.unchanged(reading(node), "d1", 1_800_000_000.0) == (
         "the node's boot_state changed since the receipt"
@@ -918,7 +929,8 @@ def test_any_boot_file_or_the_boot_moving_takes_the_receipt_down(tmp_path: Path,
 
 def test_the_same_text_written_again_keeps_the_receipt(tmp_path: Path) -> None:
     node = installed(tmp_path)
-    kept(node, configure(node))
+    kept(node)
+    assert kept(node)[1] == "written"
     grub = node.root / "etc/default/grub"
     text = grub.read_text()
     grub.unlink()
@@ -926,18 +938,19 @@ def test_the_same_text_written_again_keeps_the_receipt(tmp_path: Path) -> None:
     assert lingbot_fleet.receipts.unchanged(reading(node), "d1", 1_800_000_000.0) is None
 
 
-def test_a_receipt_without_the_answer_it_writes_is_not_answered_from(tmp_path: Path) -> None:
-    assert kernel_options.receipt_answer({"data": {}}, diff=False) is None
-    answer = dict.fromkeys(kernel_options.ANSWER_KEYS)
-    assert kernel_options.receipt_answer({"data": {"answer": answer}}, diff=False) is not None
-    del answer["running"]
-    assert kernel_options.receipt_answer({"data": {"answer": answer}}, diff=False) is None
+def test_a_receipt_without_a_result_is_not_answered_from() -> None:
+    assert lingbot_fleet.receipts.replay({"data": {}}) is None
+    assert lingbot_fleet.receipts.replay({"data": {"result": "x"}}) is None
+    assert lingbot_fleet.receipts.replay({"data": {"result": {"changed": False}}}) == {
+        "changed": False,
+        "receipt": "stands",
+    }
 
 
 def test_a_call_without_a_digest_writes_no_receipt(tmp_path: Path) -> None:
     node = installed(tmp_path)
-    result = configure(node)
-    assert kc.keep_receipt(params(node.root, receipt_digest=None), result).startswith("none")
+    configure(node)
+    assert kept(node, digest=None)[1].startswith("none")
     assert not (node.root / RECEIPT).exists()
 
 
@@ -977,17 +990,24 @@ def run_playbook_on(node: Node) -> dict[str, Any]:
 def test_real_ansible_answers_a_converged_node_from_its_receipt(tmp_path: Path) -> None:
     node = installed(tmp_path)
     first = run_playbook_on(node)
-    assert first["changed"] is True and first["receipt"] == "written"
+    assert first["changed"] is True and first["receipt"] == "none"
+    # The first call that changes nothing keeps its result; the next run is answered with it.
     second = run_playbook_on(node)
-    assert second["receipt"] == "stands" and second["changed"] is False
-    assert "no call" in second["msg"]
-    assert second["configured"] == first["configured"]
-    assert second["ansible_facts"]["kernel_cmdline_reboot_required"] is True
+    assert second["changed"] is False and second["receipt"] == "written"
+    third = run_playbook_on(node)
+    assert third["receipt"] == "stands" and third["changed"] is False
+    # Every key of the module's own answer (Ansible's echo of the arguments aside).
+    second.pop("invocation")
+    assert {**third, "receipt": "written"} == second
+    assert third["configured"] == first["configured"]
+    assert third["ansible_facts"]["kernel_cmdline_reboot_required"] is True
     # A hand edit that puts pci=noacpi back: the module runs and takes it out again.
     grub = node.root / "etc/default/grub"
     grub.write_text(grub.read_text() + 'GRUB_CMDLINE_LINUX_DEFAULT="quiet pci=noacpi"\n')
-    third = run_playbook_on(node)
-    assert third["changed"] is True and third["receipt"] == "written"
+    fourth = run_playbook_on(node)
+    # The module drops the receipt before it changes anything; none is kept after a change.
+    assert fourth["changed"] is True and fourth["receipt"] == "none"
+    assert not (node.root / RECEIPT).exists()
     assert grub.read_text().endswith('GRUB_CMDLINE_LINUX_DEFAULT="quiet"\n')
 
 

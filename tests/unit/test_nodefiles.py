@@ -154,3 +154,32 @@ def test_write_atomic_replaces_the_file_in_one_rename(tmp_path: Path) -> None:
     assert target.read_text() == "new\n"
     assert target.stat().st_ino != inode_before
     assert sorted(os.listdir(tmp_path)) == ["out.prom"]
+
+
+def test_every_read_write_listing_and_unit_is_watched(tmp_path: Path) -> None:
+    """What a receipt watches comes from here (lingbot_fleet.receipts.keep)."""
+    root = tmp_path / "node"
+    (root / "etc/app.d").mkdir(parents=True)
+    (root / "etc/old.conf").write_text("old\n")
+    changes = NodeChanges(check_mode=True, root=str(root))
+    changes.read("/etc/read.conf")
+    changes.write_file("/etc/app.conf", "new\n", owner=os.getuid(), group=os.getgid())
+    changes.remove_file("/etc/old.conf")
+    changes.make_dir("/etc/app", owner=os.getuid(), group=os.getgid())
+    assert changes.exists("/etc/maybe.conf") is False
+    changes.note_read("/etc/passwd")
+    assert changes.listdir("/etc/app.d") == []
+    changes.run(["/bin/systemctl", "enable", "--now", "a.service"], "enable a")
+    changes.run(["systemctl", "daemon-reload"], "reload")
+    changes.run(["/usr/sbin/update-grub"], "update grub")
+    changes.watch_unit("b.timer")
+    assert changes.watched.paths == [
+        "/etc/read.conf",
+        "/etc/app.conf",
+        "/etc/old.conf",
+        "/etc/app",
+        "/etc/maybe.conf",
+        "/etc/passwd",
+    ]
+    assert changes.watched.listings == ["/etc/app.d"]
+    assert changes.watched.units == ["a.service", "b.timer"]

@@ -1,9 +1,9 @@
-"""The options of the topo_monitor_install module, and the digest its receipt keeps.
+"""The options of the topo_monitor_install module.
 
 One owner for both sides: the module validates its options with INSTALL_ARGUMENT_SPEC and
-writes the receipt (``lingbot_fleet.receipts``) with ``receipt_digest``; the action plugin
-of the same name validates the task's options with the same spec and compares the digest,
-so a node whose receipt stands costs no module call.
+keeps its receipt (``lingbot_fleet.receipts.keep``); the action plugin of the same name
+validates the task's options with the same spec and answers from a standing receipt
+(``lingbot_fleet.receipt_action.answer``), so a converged node costs no module call.
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ from typing import Any
 from .units import SERVICE_NAME, TIMER_NAME
 
 RECEIPT_ROLE = "topo_monitor"
-# What the timer must be for the receipt to stand (the module enables and starts it).
-TIMER_REQUIRED = {"UnitFileState": "enabled", "ActiveState": "active"}
 
 INSTALL_ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "app_path": {"type": "path", "default": "/usr/local/sbin/lingbot-fleet-monitor"},
@@ -35,12 +33,6 @@ INSTALL_ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "verify": {"type": "bool", "default": True},
     "obsolete_paths": {"type": "list", "elements": "path", "default": []},
 }
-
-
-def receipt_options(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The options that decide what the node holds (not where the upload is, not the
-    generation the files are saved into)."""
-    return {key: params.get(key) for key in INSTALL_ARGUMENT_SPEC if key != "app_src"}
 
 
 def unit_paths(params: Mapping[str, Any]) -> dict[str, str]:

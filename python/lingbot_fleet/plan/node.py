@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -172,9 +172,18 @@ def plan_with(
     return NodePlan(plan, layers.source, layers.problem, [*warnings, *finding_warnings(plan)])
 
 
-def plan_on_node(inputs: Mapping[str, Any], root: str, model_path: str) -> NodePlan:
+def plan_on_node(
+    inputs: Mapping[str, Any],
+    root: str,
+    model_path: str,
+    watch: Callable[[str], None] | None = None,
+) -> NodePlan:
     """``build_plan`` from the controller's ``inputs`` (facts, probe, policy, findings), the
-    plan in force and the model's layer count on this node. Raises PlanInputError."""
+    plan in force and the model's layer count on this node. Raises PlanInputError.
+    ``watch`` is told each node path read (the module's NodeChanges, for its receipt)."""
+    if watch is not None:
+        watch(os.path.join(model_path, "config.json"))
+        watch(PLAN_PATH)
     config_layers = read_config_layers(root, model_path)
     configured = (inputs.get("policy") or {}).get("model_num_layers")
     layers = decide_layers(model_path, *config_layers, configured)

@@ -134,11 +134,19 @@ ansible_facts:
     lingbot_receipts:
       description:
         - With O(receipts) - role -> C(receipt) (the document the role's module wrote) and
-          C(current) (C(paths), each path's stat signature now; C(listings), each listed
-          directory's inode and mtime; C(units), each unit's LoadState, UnitFileState,
-          ActiveState, SubState, MainPID and InvocationID now; C(readings), each reading the
-          receipt holds, read now; C(read_at_s), the node's clock).
+          C(current) (C(paths), each path's stat signature, or content digest under /proc
+          and /sys, now; C(listings), each listed directory's inode and mtime; C(units),
+          each unit's LoadState, UnitFileState, ActiveState, SubState, MainPID and
+          InvocationID now; C(readings), each reading the receipt holds, read now;
+          C(read_at_s), the node's clock). See docs/converged-runs.md.
       type: dict
+    lingbot_toolkit_units:
+      description:
+        - The unit files the toolkit installed on the node (names starting with
+          C(lingbot-fleet-) under C(/etc/systemd/system)), read in every call, so a role
+          whose unit is there runs to keep or remove it, whether or not it has a receipt.
+      type: list
+      elements: str
     lingbot_boot_id:
       description: This boot's id (C(/proc/sys/kernel/random/boot_id)); null when unreadable.
       type: str
@@ -248,6 +256,20 @@ def unit_states(module: AnsibleModule, units: list[str]) -> dict[str, dict[str, 
     return receipts.parse_show_all(out) if rc == 0 else {}
 
 
+# Where the toolkit's own units live, and how their names start (pcie_acs, topo_monitor).
+TOOLKIT_UNIT_DIR = "/etc/systemd/system"
+TOOLKIT_UNIT_PREFIX = "lingbot-fleet-"
+
+
+def toolkit_units(root: str) -> list[str]:
+    """The toolkit's unit files on the node (what a role removes when nothing is asked)."""
+    try:
+        names = os.listdir(os.path.join(root, TOOLKIT_UNIT_DIR.lstrip("/")))
+    except OSError:
+        return []
+    return sorted(name for name in names if name.startswith(TOOLKIT_UNIT_PREFIX))
+
+
 def run_module() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -292,6 +314,7 @@ def run_module() -> None:
                 ANSWERS_READING: answers,
             },
         )
+    ansible_facts["lingbot_toolkit_units"] = toolkit_units(params["root"])
     ansible_facts[BOOT_ID_FACT] = read_boot_id(params["root"])
     module.exit_json(
         changed=False,

@@ -51,11 +51,12 @@ description:
   - C(reboot_required) compares the policy with C(/proc/cmdline), never with the grub
     files. The state is also returned as facts (C(kernel_cmdline_*)), with this boot's id
     (C(lingbot_boot_id)).
-  - After a call that configured the node outside check mode, with O(receipt_digest), the
+  - After a call that changed nothing outside check mode, with O(receipt_digest), the
     module leaves a receipt (C(/var/lib/lingbot-fleet/receipts/kernel_cmdline.json)) of
-    the digest of every boot file, C(/proc/cmdline) and the boot id, and of its result; the
-    action plugin answers a later run from it, without a call, while all of them are as
-    they were.
+    its result, of what it wrote or read through NodeChanges and of the digest of every
+    boot file, C(/proc/cmdline) and the boot id; the action plugin answers a later run with
+    that result, without a call, while all of them are as they were
+    (docs/converged-runs.md). A call that changed something removes it.
 version_added: "0.1.0"
 author:
   - lingbot-fleet maintainers (!UNKNOWN)
@@ -309,8 +310,8 @@ evidence:
     gpus: [{"bdf": "0000:41:00.0", "numa_node": 0}]
 receipt:
   description:
-    - C(written), C(unchanged), C(not written) with the reason, or C(stands) when the
-      action answered from the receipt without a call.
+    - C(written), C(unchanged), C(removed), C(none), C(not written) with the reason, or
+      C(stands) when the action answered from the receipt without a call.
   returned: when verify is false, outside check mode
   type: str
 problems:
@@ -1009,25 +1010,25 @@ def drop_receipt(root: str) -> None:
         ) from error
 
 
-def keep_receipt(params: dict[str, Any], result: dict[str, Any]) -> str:
-    """The receipt of what this call left configured (see the module's description). Only
-    a saving: a receipt that cannot be written costs the next run this call."""
-    if not params["receipt_digest"]:
-        return "none (no receipt_digest)"
+def keep_receipt(params: dict[str, Any], changes: NodeChanges, result: dict[str, Any]) -> str:
+    """The receipt of a call that changed nothing (docs/converged-runs.md): its result,
+    what its NodeChanges watched, and the ``boot_state`` reading of every file the kernel
+    command line is read from. Only a saving: one that cannot be written costs the next run
+    this call."""
     root = params["root"]
     try:
-        written = receipts.write_receipt(
-            kernel_options.RECEIPT_ROLE,
-            params["receipt_digest"],
-            [],
-            {},
-            root,
-            readings={BOOT_STATE_READING: boot_state_digest(root)},
-            data=kernel_options.receipt_data(result),
-        )
-    except (OSError, BootFileError) as error:
+        state = boot_state_digest(root)
+    except BootFileError as error:
         return f"not written: {error}"
-    return "written" if written else "unchanged"
+    return receipts.keep(
+        kernel_options.RECEIPT_ROLE,
+        params["receipt_digest"],
+        changes,
+        result,
+        lambda _units: {},
+        root=root,
+        readings={BOOT_STATE_READING: state},
+    )
 
 
 def run_module() -> None:
@@ -1055,9 +1056,7 @@ def run_module() -> None:
             result = configure(params, changes, module.get_bin_path)
             result["ansible_facts"][BOOT_ID_FACT] = read_boot_id(params["root"])
             if not module.check_mode:
-                result["receipt"] = keep_receipt(params, result)
-            if not module._diff:
-                result.pop("diff")
+                result["receipt"] = keep_receipt(params, changes, result)
     except values.ValueRefusedError as error:
         module.fail_json(msg=str(error))
     except ModuleError as error:

@@ -56,14 +56,16 @@ description:
   - Every write goes through C(NodeChanges) (saved first into the run's generation when
     O(generation_run_id) is set). In check mode nothing is written, started or restarted;
     the result says what would be.
-  - With O(plan_inputs) and O(receipt_digest), a call that ends with every instance ready
-    leaves a receipt (C(/var/lib/lingbot-fleet/receipts/lingbot_service.json), see
-    C(lingbot_fleet.service_options)) - the stat signature of every file it manages, the
-    entries of the directories where instances show, each instance's main PID and
-    invocation id as it answered, its address (gpu_facts sends it C(GET /metrics) on every
-    later run), plan.json and the model's layer count. A later run whose action finds all
-    of them as they were, every instance still answering, and plans the plan in force from
-    its inputs, answers without a call. Any other call outside check mode (and a readiness
+  - With O(plan_inputs) and O(receipt_digest), a call that changes nothing and ends with
+    every instance ready leaves a receipt (C(/var/lib/lingbot-fleet/receipts/
+    lingbot_service.json), see docs/converged-runs.md) - its own result, and what its
+    NodeChanges read, wrote, listed and ran systemctl on (the files it manages, the model's
+    config.json, numactl, the account files, the directories where instances show, each
+    instance's unit properties, its main PID and invocation id as it answered), every
+    instance's address (gpu_facts sends it C(GET /metrics) on every later run), plan.json
+    and the model's layer count. A later run whose action finds all of them as they were,
+    every instance still answering, and plans the plan in force from its inputs, answers
+    with that result without a call. Any other call outside check mode (and a readiness
     check that fails) removes the receipt first.
 extends_documentation_fragment:
   - lingbot_generation
@@ -493,7 +495,8 @@ def check_model(params: dict) -> None:
         )
 
 
-def check_numactl(params: dict) -> None:
+def check_numactl(changes: NodeChanges, params: dict) -> None:
+    changes.note_read(params["numactl"])
     path = layout.on_root(params["root"], params["numactl"])
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
         raise ServiceError(
@@ -590,6 +593,8 @@ def unit_states(systemctl: str, names: list[str]) -> dict[str, dict[str, str]]:
 def ensure_account(module: AnsibleModule, changes: NodeChanges, params: dict) -> None:
     """The service group and user, created or completed only where something is missing."""
     user, group = params["user"], params["group"]
+    for path in service_options.ACCOUNT_FILES:
+        changes.note_read(path)
     missing_groups = []
     for name in params["device_groups"]:
         try:
@@ -715,6 +720,8 @@ def apply_services(
     changes: NodeChanges, systemctl: str, names: list[str], restart: list[str]
 ) -> dict[str, list[str]]:
     """Restart the changed, start the stopped, enable the disabled; say which."""
+    for name in names:
+        changes.watch_unit(layout.unit_name(name))
     states = unit_states(systemctl, names)
     failed = [n for n in names if states[n].get("ActiveState") == "failed"]
     running = [n for n in names if states[n].get("ActiveState") in RUNNING_STATES]
@@ -919,11 +926,11 @@ def converge(module: AnsibleModule, changes: NodeChanges, instances: list[dict])
     # Everything that can refuse the run does so before the first change.
     configs = config_texts(params, instances)
     check_model(params)
-    check_numactl(params)
+    check_numactl(changes, params)
     units = unit_files(params, instances)
     stale = []
     if params["remove_stale_instances"]:
-        stale = layout.stale_instances(layout.present_instances(root), names)
+        stale = layout.stale_instances(layout.present_instances(root, changes.listdir), names)
         stale_check(stale)
     if params["verify_units"] and any(
         changes.read(path) != text.encode() for path, text in units.items()
@@ -962,11 +969,13 @@ NO_CHANGES = {
 }
 
 
-def plan_here(module: AnsibleModule) -> NodePlan:
+def plan_here(module: AnsibleModule, changes: NodeChanges) -> NodePlan:
     """The plan from O(plan_inputs) and this node; fails the module before any change."""
     params = module.params
     try:
-        planned = plan_on_node(params["plan_inputs"], params["root"], params["model_path"])
+        planned = plan_on_node(
+            params["plan_inputs"], params["root"], params["model_path"], changes.note_read
+        )
     except PlanInputError as error:
         module.fail_json(msg=f"cannot plan LingBot for this host: {error}", instances=[])
     for warning in planned.warnings:
@@ -979,10 +988,12 @@ def plan_here(module: AnsibleModule) -> NodePlan:
     return planned
 
 
-def keep_receipt(module: AnsibleModule, result: dict, config_layers: tuple) -> str:
-    """The receipt of what this call verified (lingbot_fleet.service_options), written once
-    every instance answered; only a saving: one that cannot be written costs the next run
-    this call."""
+def keep_receipt(
+    module: AnsibleModule, changes: NodeChanges, result: dict, config_layers: tuple
+) -> str:
+    """The receipt of a call that changed nothing (docs/converged-runs.md), kept while every
+    instance is the process seen ready; the reading each later run takes is every instance
+    answering. Only a saving: one that cannot be written costs the next run this call."""
     params = module.params
     names = result["instances"]
     systemctl = module.get_bin_path("systemctl", required=True)
@@ -995,19 +1006,18 @@ def keep_receipt(module: AnsibleModule, result: dict, config_layers: tuple) -> s
     try:
         with open(layout.on_root(root, layout.PLAN_PATH), encoding="utf-8") as handle:
             plan_text = handle.read()
-        written = receipts.write_receipt(
-            service_options.RECEIPT_ROLE,
-            params["receipt_digest"],
-            service_options.managed_paths(params, names),
-            service_options.unit_requirements(states),
-            root,
-            listings=service_options.listed_dirs(root),
-            readings=service_options.answers_reading(params, result["readiness"]),
-            data=service_options.receipt_data(plan_text, config_layers),
-        )
     except (OSError, UnicodeDecodeError) as error:
         return f"not written: {error}"
-    return "written" if written else "unchanged"
+    return receipts.keep(
+        service_options.RECEIPT_ROLE,
+        params["receipt_digest"],
+        changes,
+        result,
+        receipts.show_units(systemctl),
+        root=root,
+        readings=service_options.answers_reading(params, result["readiness"]),
+        data=service_options.receipt_data(plan_text, config_layers),
+    )
 
 
 def drop_receipt(module: AnsibleModule) -> None:
@@ -1021,19 +1031,8 @@ def drop_receipt(module: AnsibleModule) -> None:
             module.warn(f"cannot remove the receipt of {service_options.RECEIPT_ROLE}: {error}")
 
 
-def plan_fields(planned: NodePlan | None) -> dict:
-    """What the result says of the plan made here (nothing for a plan passed in)."""
-    if planned is None:
-        return {}
-    return {"plan": planned.plan, "model_layers_source": planned.model_layers_source}
-
-
-def with_plan_fact(result: dict, planned: NodePlan | None) -> dict:
-    """``result`` with the plan made here and the fact lingbot_plan (beside the others)."""
-    if planned is None:
-        return result
-    facts = {**result.get("ansible_facts", {}), "lingbot_plan": planned.plan}
-    return {**result, **plan_fields(planned), "ansible_facts": facts}
+plan_fields = service_options.plan_fields
+with_plan_fact = service_options.with_plan_fact
 
 
 def run_module() -> None:
@@ -1051,15 +1050,15 @@ def run_module() -> None:
         module.fail_json(msg=str(error), instances=[], changed=False)
     if not params["readiness_only"]:
         drop_receipt(module)
+    changes = NodeChanges.for_module(params, module.check_mode, params["root"])
     if params["plan_inputs"] is not None:
-        planned = plan_here(module)
+        planned = plan_here(module, changes)
         params["plan"] = planned.plan
         if not params["plan"]["instances"]:
             # No instance and lingbot_service_fail_without_instances=false: left as it is.
             done = {"changed": False, "instances": [], "actions": [], **NO_CHANGES}
             module.exit_json(**with_plan_fact(done, planned))
     made = plan_fields(planned)
-    changes = NodeChanges.for_module(params, module.check_mode, params["root"])
     names: list[str] = []
     try:
         keys = ("name", "port") if params["readiness_only"] else INSTANCE_KEYS
@@ -1079,7 +1078,7 @@ def run_module() -> None:
         module.fail_json(msg=str(error), instances=names, **changes.result(), **made)
     result = with_plan_fact({"instances": names, **result, **changes.result()}, planned)
     if planned is not None and params["receipt_digest"] and not module.check_mode:
-        result["receipt"] = keep_receipt(module, result, planned.config_layers)
+        result["receipt"] = keep_receipt(module, changes, result, planned.config_layers)
     module.exit_json(**result)
 
 

@@ -154,29 +154,6 @@ def read_bridge(root: str):
     return read
 
 
-def keep_receipt(params: dict, decision: acs.AcsDecision) -> str:
-    """A receipt while the unit is installed (a later run answers from it without a call);
-    none once nothing is left on the node. Only a saving: when it cannot be written, the
-    next run pays for this call."""
-    root = params["root"]
-    try:
-        if not decision.ports:
-            return "removed" if receipts.remove_receipt(acs.RECEIPT_ROLE, root) else "none"
-        options = acs.receipt_options(
-            params["redirect_off_bridges"], params["allow_translating_iommu"], params["setpci"]
-        )
-        written = receipts.write_receipt(
-            acs.RECEIPT_ROLE,
-            params["receipt_digest"] or receipts.options_digest(options),
-            [acs.UNIT_PATH],
-            {acs.UNIT_NAME: acs.UNIT_REQUIRED},
-            root,
-        )
-    except OSError as error:
-        return f"not written: {error}"
-    return "written" if written else "unchanged"
-
-
 def run_module() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -234,8 +211,6 @@ def run_module() -> None:
         )
     except (acs.AcsError, NodeFileError) as error:
         fail(str(error))
-    if not module.check_mode:
-        result["receipt"] = keep_receipt(params, decision)
     out = {**result, **changes.result()}
     if result["ports_written"] and not module.check_mode:
         facts = acs.refreshed_facts(
@@ -248,6 +223,15 @@ def run_module() -> None:
                 f"read journalctl -u {acs.UNIT_NAME} and lspci -vvv -s <port> (ACSCtl)"
             )
         out.setdefault("ansible_facts", {})["lingbot_gpu"] = facts
+    if not module.check_mode:
+        out["receipt"] = receipts.keep(
+            acs.RECEIPT_ROLE,
+            params["receipt_digest"],
+            changes,
+            out,
+            receipts.show_units(systemctl),
+            root=params["root"],
+        )
     module.exit_json(**out)
 
 

@@ -182,9 +182,7 @@ from ansible.module_utils.lingbot_fleet.monitor.config import (
 from ansible.module_utils.lingbot_fleet.monitor.install_options import (
     INSTALL_ARGUMENT_SPEC,
     RECEIPT_ROLE,
-    TIMER_REQUIRED,
     managed_files,
-    receipt_options,
     unit_paths,
 )
 from ansible.module_utils.lingbot_fleet.monitor.units import (
@@ -351,11 +349,10 @@ def install_app(changes: NodeChanges, params: dict) -> bool:
 def remove_obsolete(changes: NodeChanges, paths: list[str]) -> None:
     """Remove what earlier versions installed; a directory's diff lists its files only."""
     for path in paths:
-        real = changes.real(path)
-        try:
-            info = os.lstat(real)
-        except FileNotFoundError:
+        if not changes.exists(path):
             continue
+        real = changes.real(path)
+        info = os.lstat(real)
         if not stat.S_ISDIR(info.st_mode):
             changes.remove_file(path)
             continue
@@ -373,11 +370,11 @@ def remove_obsolete(changes: NodeChanges, paths: list[str]) -> None:
         )
 
 
-def apply_units(module: AnsibleModule, changes: NodeChanges, changed: list[str]) -> None:
+def apply_units(changes: NodeChanges, systemctl: str, changed: list[str]) -> None:
     """daemon-reload when a unit changed; the timer enabled, started, restarted if changed."""
-    systemctl = module.get_bin_path("systemctl", required=True)
     if changed:
         changes.run([systemctl, "daemon-reload"], "reload the systemd units")
+    changes.watch_unit(TIMER_NAME)
     state = timer_state(systemctl, TIMER_NAME)
     if state.get("UnitFileState") != "enabled":
         changes.run([systemctl, "enable", TIMER_NAME], f"enable {TIMER_NAME}")
@@ -417,22 +414,20 @@ def install(module: AnsibleModule) -> dict:
         name for name, path in units_at.items() if changes.write_file(path, want.units[name])
     ]
     remove_obsolete(changes, params["obsolete_paths"])
-    apply_units(module, changes, changed)
+    systemctl = module.get_bin_path("systemctl", required=True)
+    apply_units(changes, systemctl, changed)
     result = changes.result()
     result.update(app_upload_required=False, files=managed_files(params), units_changed=changed)
     if not module.check_mode:
-        # What was just verified, so the next run's gpu_facts can show nothing moved. Only
-        # a saving: a receipt that cannot be written costs the next run this call.
-        try:
-            written = receipts.write_receipt(
-                RECEIPT_ROLE,
-                params["receipt_digest"] or receipts.options_digest(receipt_options(params)),
-                [*managed_files(params), *want.directories, *params["obsolete_paths"]],
-                {TIMER_NAME: TIMER_REQUIRED},
-            )
-            result["receipt"] = "written" if written else "unchanged"
-        except OSError as error:
-            result["receipt"] = f"not written: {error}"
+        # A call that changed nothing keeps its result and what it depended on, so the
+        # next run's action can answer for it (docs/converged-runs.md).
+        result["receipt"] = receipts.keep(
+            RECEIPT_ROLE,
+            params["receipt_digest"],
+            changes,
+            result,
+            receipts.show_units(systemctl),
+        )
     return result
 
 
