@@ -18,6 +18,8 @@ from typing import Any
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
+from . import values
+
 # Variables that existed once: name -> what to use instead.
 _FIXED_LAYOUT = (
     "LingBot's files are always where lingbot_layout puts them (/etc/lingbot/plan.json, "
@@ -37,6 +39,22 @@ PLAY_WIDE_VARIABLES: dict[str, str] = {
         "the batch size of the rolling reboot (provision.yml, rollback.yml)"
     ),
 }
+
+# Directories the toolkit creates, writes, chmods and prunes: each value must be one the
+# toolkit may own (values.owned_dir), the same check the modules make on the node.
+OWNED_DIR_VARIABLES = (
+    "generations_dir",
+    "fleet_audit_generations_dir",
+    "kernel_cmdline_backup_dir",
+    "p2p_probe_save_dir",
+    "rollout_gate_probe_save_dir",
+)
+# Directory variables that name a directory shared with other software: the toolkit puts
+# files into it and owns none of it.
+SHARED_DIR_VARIABLES = (
+    "nvidia_persistence_dropin_dir",  # systemd's drop-in directory of nvidia-persistenced
+    "topo_monitor_textfile_dir",  # node_exporter's textfile collector directory
+)
 
 Contradiction = Callable[[Mapping[str, Any]], list[str]]
 CONTRADICTIONS: dict[str, Contradiction] = {}
@@ -93,6 +111,7 @@ def check_policy(
         if role is not None and name not in REMOVED_VARIABLES:
             by_role[role][name] = value
     problems += unsafe_value_problems(variables, role_specs)
+    problems += owned_dir_problems(variables)
     for role, params in by_role.items():
         spec = dict(role_specs[role])
         for name in sorted(set(params) - set(spec)):
@@ -179,6 +198,22 @@ def unsafe_value_problems(
                         "prefix; give the path or name itself",
                     )
                 )
+    return problems
+
+
+def owned_dir_problems(variables: Mapping[str, Any]) -> list[PolicyProblem]:
+    """Directory variables whose value is not a directory the toolkit may own."""
+    problems = []
+    for name in OWNED_DIR_VARIABLES:
+        if name not in variables or (
+            isinstance(variables[name], str) and _CONTROL.search(variables[name])
+        ):
+            continue  # a control character is reported once, by unsafe_value_problems
+        try:
+            values.owned_dir(variables[name], name)
+        except ValueError as error:
+            variable, _, message = str(error).partition(": ")
+            problems.append(PolicyProblem(variable, message))
     return problems
 
 
