@@ -46,7 +46,8 @@ def _read_generation(directory: str) -> dict[str, Any]:
     manifest_path = os.path.join(directory, MANIFEST)
     entry: dict[str, Any] = {"files": {}, "dirs": []}
     try:
-        with open(manifest_path, "rb") as handle:
+        descriptor = os.open(manifest_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(descriptor, "rb") as handle:
             entry["manifest"] = handle.read().decode("utf-8")
     except OSError as error:
         entry["manifest_error"] = _os_error(error)
@@ -59,6 +60,8 @@ def _read_generation(directory: str) -> dict[str, Any]:
             if path == manifest_path:
                 continue
             try:
+                if os.path.islink(path):  # a generation holds no links: never read through one
+                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
                 entry["files"][path] = sha256_of(path)
             except OSError as error:
                 entry["files"][path] = _os_error(error)

@@ -364,7 +364,12 @@ def _now() -> str:
 
 
 def _read_json(path: str) -> Any:
-    with open(path, encoding="utf-8") as handle:
+    """A manifest (never read through a symbolic link: ELOOP)."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    if stat.S_ISDIR(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    with os.fdopen(descriptor, encoding="utf-8") as handle:
         return json.load(handle)
 
 
@@ -512,10 +517,7 @@ def _is_earlier_tree(base_real: str) -> bool:
             continue
         if not is_generation_name(name):
             return False
-        try:
-            if not stat.S_ISREG(os.lstat(os.path.join(base_real, name, MANIFEST)).st_mode):
-                return False
-        except OSError:
+        if not os.path.lexists(os.path.join(base_real, name, MANIFEST)):
             return False
     return True
 
@@ -547,10 +549,11 @@ def check_tree(base_real: str) -> bool:
     return True
 
 
-def own_tree(base_real: str) -> str:
+def own_tree(base_real: str, *, mark_earlier: bool = True) -> str:
     """The generations tree at ``base_real``, ready to write into: created when absent
     (missing parents 0755, the tree 0700, the marker), an unmarked tree of an earlier
-    version marked, anything else refused naming the fix. Never chmods a directory."""
+    version marked (unless ``mark_earlier`` is false: the lock, which writes nothing that
+    stays), anything else refused naming the fix. Never chmods a directory."""
     if _owned_from(base_real) == base_real and values.TOOLKIT_WORD not in base_real.lower():
         raise _tree_error(
             base_real,
@@ -559,7 +562,7 @@ def own_tree(base_real: str) -> str:
         )
     if check_tree(base_real):
         marker = os.path.join(base_real, TREE_MARKER)
-        if not os.path.lexists(marker):
+        if mark_earlier and not os.path.lexists(marker):
             atomic.write_atomic(marker, TREE_MARKER_TEXT, mode=0o600)
         return base_real
     os.makedirs(os.path.dirname(base_real), mode=0o755, exist_ok=True)

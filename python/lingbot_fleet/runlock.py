@@ -79,7 +79,7 @@ def _lock_paths(generations_dir_real: str) -> tuple[str, str]:
 def _guard(path: str) -> Iterator[None]:
     # The generations tree, created and marked by the toolkit, or refused (another user's
     # directory, one that is not a generations tree): never a directory taken as found.
-    own_tree(os.path.dirname(path))
+    own_tree(os.path.dirname(path), mark_earlier=False)
     descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX)
