@@ -473,12 +473,15 @@ def _owned_from(base_real: str) -> str:
 
 
 def _check_owned_dir(real: str, info: os.stat_result, what: str) -> None:
-    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+    if stat.S_ISLNK(info.st_mode):
         raise _tree_error(
             real,
-            f"is not a directory but a {'symbolic link' if stat.S_ISLNK(info.st_mode) else 'file'}",
-            f"Remove it, or set generations_dir to another path; {what} must be a real directory",
+            "is a symbolic link",
+            f"Replace it with the directory it stands for, or set generations_dir to another "
+            f"path; {what} must be a real directory",
         )
+    if not stat.S_ISDIR(info.st_mode):
+        return  # a file: reading or writing below it fails on its own (ENOTDIR)
     if info.st_uid != os.geteuid():
         raise _tree_error(
             real,

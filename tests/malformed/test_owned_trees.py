@@ -162,6 +162,16 @@ CASES = [
         "creates and owns)",
     ),
     (
+        "a tree reached through a symbolic link",
+        {"/var/lib/lingbot-fleet": "-> /srv/elsewhere", "/srv/elsewhere/generations": None},
+        None,
+        module(**RECORD),
+        "{root}/var/lib/lingbot-fleet is a symbolic link; nothing was touched. Replace it with "
+        "the directory it stands for, or set generations_dir to another path; every directory "
+        "of the generations tree must be a real directory (generations_dir names a directory "
+        "the toolkit creates and owns)",
+    ),
+    (
         "an unmarked directory with all-digit subdirectories: nothing pruned",
         {
             "/srv/lingbot-fleet-data/1/model.bin": "weights",
