@@ -15,6 +15,7 @@ import errno
 import hashlib
 import json
 import os
+import stat
 from typing import Any, Protocol
 
 MANIFEST = "manifest.json"
@@ -28,6 +29,10 @@ def _on_root(root: str, path: str) -> str:
 def is_generation_name(name: str) -> bool:
     """A committed generation's directory name: a number without leading zeros."""
     return name.isdigit() and not name.startswith("0")
+
+
+def _is_dir_fd(descriptor: int) -> bool:
+    return stat.S_ISDIR(os.fstat(descriptor).st_mode)
 
 
 def _os_error(error: OSError) -> dict[str, Any]:
@@ -46,7 +51,11 @@ def _read_generation(directory: str) -> dict[str, Any]:
     manifest_path = os.path.join(directory, MANIFEST)
     entry: dict[str, Any] = {"files": {}, "dirs": []}
     try:
-        with open(manifest_path, "rb") as handle:
+        descriptor = os.open(manifest_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        if _is_dir_fd(descriptor):
+            os.close(descriptor)
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), manifest_path)
+        with os.fdopen(descriptor, "rb") as handle:
             entry["manifest"] = handle.read().decode("utf-8")
     except OSError as error:
         entry["manifest_error"] = _os_error(error)
@@ -59,6 +68,8 @@ def _read_generation(directory: str) -> dict[str, Any]:
             if path == manifest_path:
                 continue
             try:
+                if os.path.islink(path):  # a generation holds no links: never read through one
+                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
                 entry["files"][path] = sha256_of(path)
             except OSError as error:
                 entry["files"][path] = _os_error(error)

@@ -29,6 +29,7 @@ dir in tests).
 from __future__ import annotations
 
 import contextlib
+import errno
 import grp
 import hashlib
 import json
@@ -43,7 +44,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import atomic, lingbot_layout, runlock
+from . import atomic, lingbot_layout, runlock, values
 from .generation_snapshot import MANIFEST, GenerationSource, is_generation_name, sha256_of
 from .state_dirs import GENERATIONS_DIR
 
@@ -102,6 +103,52 @@ def check_run_id(run_id: str) -> str:
             "'_', '-' and '.' (at most 128), e.g. 20250101T120000Z-4711"
         )
     return run_id
+
+
+# What a rollback may restore: the files the toolkit's roles write (their declarations:
+# bootfiles, lingbot_layout, acs, persistence, the monitor's install options), checked
+# against those modules by tests/generations. A manifest entry elsewhere (a planted
+# /etc/shadow) is refused. Directories: every path below them; names: exact paths.
+RESTORABLE_DIRS = (
+    "/etc/default/grub.d",  # kernel_cmdline's drop-in
+    "/boot/loader/entries",  # grubby's boot entries
+    lingbot_layout.CONFIG_DIR,  # lingbot_service: plan, instance configs
+    "/etc/lingbot-fleet",  # topo_monitor's configuration
+    "/etc/systemd/system/nvidia-persistenced.service.d",  # nvidia_persistence's drop-in
+    "/usr/local/libexec/lingbot-fleet",  # warm-up program
+)
+RESTORABLE_FILES = (
+    "/etc/default/grub",
+    "/etc/kernel/cmdline",
+    "/boot/grub/grub.cfg",
+    "/boot/grub2/grub.cfg",
+    "/boot/grub/grubenv",
+    "/boot/grub2/grubenv",
+    "/etc/modules-load.d/lingbot-fleet-nvidia-uvm.conf",  # nvidia_persistence
+    "/usr/local/sbin/lingbot-fleet-monitor",  # topo_monitor's program
+)
+# Units and their drop-ins in /etc/systemd/system whose name starts so: lingbot@.service,
+# lingbot@<instance>.service.d/, lingbot-fleet-monitor.*, lingbot-fleet-acs-redirect-off.
+RESTORABLE_UNIT_PREFIX = "lingbot"
+_EFI_BOOT_FILES = ("grub.cfg", "grubenv")
+
+
+def _below(path: str, directory: str) -> bool:
+    """Whether ``path`` is ``directory`` or below it, component by component."""
+    return os.path.commonpath([path, directory]) == directory
+
+
+def is_restorable(path: str, also: Iterable[str] = ()) -> bool:
+    """Whether a rollback may restore ``path`` (normalized, absolute): a file a role of the
+    toolkit writes, or one of ``also`` (generations_record_paths: files or directories the
+    inventory declares its own tasks record)."""
+    if path in RESTORABLE_FILES or any(_below(path, d) for d in (*RESTORABLE_DIRS, *also)):
+        return True
+    parts = path.split("/")
+    if _below(path, lingbot_layout.UNIT_DIR) and len(parts) > 4:
+        return parts[4].startswith(RESTORABLE_UNIT_PREFIX)
+    # grub.cfg and grubenv on the EFI partition, where /boot/grub2's links lead.
+    return _below(path, "/boot/efi/EFI") and parts[-1] in _EFI_BOOT_FILES
 
 
 # Files whose content a generation never keeps (an old API key must not outlive its
@@ -227,6 +274,54 @@ def file_state(real_path: str, shown_path: str | None = None) -> FileState:
     )
 
 
+# --- opening files without following links ----------------------------------------
+
+
+def open_below(base: str, relative: str, flags: int = os.O_RDONLY, mode: int = 0o600) -> int:
+    """A descriptor of ``base``/``relative``, opened one directory at a time from ``base``
+    (``openat``) with O_NOFOLLOW: a symbolic link anywhere below ``base`` fails (ELOOP or
+    ENOTDIR) instead of leading out of it."""
+    parts = [part for part in relative.split("/") if part]
+    if not parts or ".." in parts:
+        raise GenerationError(f"{relative!r} is not a path below {base}")
+    directory = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            inner = os.open(
+                part,
+                os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                dir_fd=directory,
+            )
+            os.close(directory)
+            directory = inner
+        return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=directory)
+    finally:
+        os.close(directory)
+
+
+def linked_dir_above(root: str, path: str) -> str | None:
+    """The first existing directory above ``path`` (below ``root``) that is a symbolic
+    link, as a node path; None when there is none. A write through it would land
+    elsewhere."""
+    current = "/"
+    for part in [p for p in path.split("/") if p][:-1]:
+        current = os.path.join(current, part)
+        try:
+            if stat.S_ISLNK(os.lstat(on_root(root, current)).st_mode):
+                return current
+        except FileNotFoundError:
+            return None
+    return None
+
+
+def _sha256_below(base: str, relative: str) -> str:
+    digest = hashlib.sha256()
+    with os.fdopen(open_below(base, relative), "rb") as handle:
+        for chunk in iter(lambda: handle.read(_CHUNK_BYTES), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 # --- atomic writes -----------------------------------------------------------------
 
 
@@ -235,13 +330,14 @@ def write_json_atomic(path: str, data: Any) -> None:
     atomic.write_json_atomic(path, data, mode=0o600, dir_mode=0o700)
 
 
-def _copy_with_state(source: str, dest: str, state: FileState) -> str:
-    """Copy ``source`` to a temp file beside ``dest`` with the state's mode and owner."""
+def _copy_with_state(source: tuple[str, str], dest: str, state: FileState) -> str:
+    """Copy ``source`` (a generation directory and the saved copy below it, opened without
+    following links) to a temp file beside ``dest`` with the state's mode and owner."""
     directory = os.path.dirname(dest)
     os.makedirs(directory, mode=0o755, exist_ok=True)
     fd, temp_path = tempfile.mkstemp(prefix=".lingbot-fleet.", dir=directory)
     try:
-        with os.fdopen(fd, "wb") as out, open(source, "rb") as handle:
+        with os.fdopen(fd, "wb") as out, os.fdopen(open_below(*source), "rb") as handle:
             shutil.copyfileobj(handle, out, _CHUNK_BYTES)
             out.flush()
             os.fsync(out.fileno())
@@ -257,7 +353,11 @@ def _copy_with_state(source: str, dest: str, state: FileState) -> str:
 
 
 def pending_dir(generations_dir: str, run_id: str, root: str = "/") -> str:
-    return on_root(root, os.path.join(generations_dir, PENDING, check_run_id(run_id)))
+    """The run's open generation; GenerationError when the tree is not the toolkit's."""
+    check_run_id(run_id)
+    base = tree_base(generations_dir, root)
+    check_tree(base)
+    return os.path.join(base, PENDING, run_id)
 
 
 def _now() -> str:
@@ -265,7 +365,12 @@ def _now() -> str:
 
 
 def _read_json(path: str) -> Any:
-    with open(path, encoding="utf-8") as handle:
+    """A manifest (never read through a symbolic link: ELOOP)."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    if stat.S_ISDIR(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    with os.fdopen(descriptor, encoding="utf-8") as handle:
         return json.load(handle)
 
 
@@ -317,7 +422,7 @@ def note_unit_enabled(generations_dir: str, run_id: str, unit: str, root: str = 
     if unit in units:
         return False
     units.append(unit)
-    _private_tree(on_root(root, generations_dir))
+    own_tree(tree_base(generations_dir, root))
     os.makedirs(run_dir, mode=0o700, exist_ok=True)
     write_json_atomic(os.path.join(run_dir, MANIFEST), manifest)
     return True
@@ -325,6 +430,8 @@ def note_unit_enabled(generations_dir: str, run_id: str, unit: str, root: str = 
 
 def open_runs(generations_dir: str, root: str = "/") -> dict[str, dict[str, Any]]:
     """Run id -> open manifest, for every run with an open generation on the node."""
+    if not check_tree(tree_base(generations_dir, root)):
+        return {}
     base = on_root(root, os.path.join(generations_dir, PENDING))
     try:
         names = sorted(os.listdir(base))
@@ -337,12 +444,136 @@ def open_runs(generations_dir: str, root: str = "/") -> dict[str, dict[str, Any]
     }
 
 
-def _private_tree(base_real: str) -> None:
-    """The generations directory exists and only root can enter it (saved copies of
-    configuration live below it)."""
-    os.makedirs(base_real, mode=0o700, exist_ok=True)
-    if stat.S_IMODE(os.stat(base_real).st_mode) != 0o700:
-        os.chmod(base_real, 0o700)
+# --- the generations tree: created and marked by the toolkit, refused otherwise ------
+
+# The file that marks a directory as a generations tree the toolkit created (its text: the
+# format version). Only such a tree is written, pruned or restored from.
+TREE_MARKER = ".lingbot-fleet-generations"
+TREE_MARKER_TEXT = f"lingbot-fleet generations {SCHEMA}\n"
+# What a tree of an earlier toolkit version (made before the marker) may hold besides
+# generations: such a tree, owned by the toolkit's user and writable by nobody else, is
+# marked on its first write instead of refused.
+_TREE_FILES = (TREE_MARKER, "lock.json", ".lock.guard", PENDING)
+
+
+def _tree_error(base_real: str, problem: str, fix: str) -> GenerationError:
+    return GenerationError(
+        f"{base_real} {problem}; nothing was touched. {fix} (generations_dir names a "
+        "directory the toolkit creates and owns)"
+    )
+
+
+def _owned_from(base_real: str) -> str:
+    """The outermost directory of ``base_real`` the toolkit owns: its first component
+    below the top level that names the toolkit (values.owned_dir guarantees one)."""
+    parts = base_real.split("/")
+    for position in range(2, len(parts)):
+        if values.TOOLKIT_WORD in parts[position].lower():
+            return "/".join(parts[: position + 1])
+    return base_real
+
+
+def _check_owned_dir(real: str, info: os.stat_result, what: str) -> None:
+    if stat.S_ISLNK(info.st_mode):
+        raise _tree_error(
+            real,
+            "is a symbolic link",
+            f"Replace it with the directory it stands for, or set generations_dir to another "
+            f"path; {what} must be a real directory",
+        )
+    if not stat.S_ISDIR(info.st_mode):
+        return  # a file: reading or writing below it fails on its own (ENOTDIR)
+    if info.st_uid != os.geteuid():
+        raise _tree_error(
+            real,
+            f"is owned by uid {info.st_uid}, not by uid {os.geteuid()} that runs the toolkit",
+            f"Another user could plant generations there: remove it (the toolkit creates {what} "
+            "itself), or set generations_dir to another path",
+        )
+    if stat.S_IMODE(info.st_mode) & 0o022:
+        raise _tree_error(
+            real,
+            f"is writable by its group or others (mode {stat.S_IMODE(info.st_mode):04o})",
+            f"Other users could plant generations there: check what it holds, then chmod go-w "
+            f"{real}, or set generations_dir to another path",
+        )
+
+
+def _check_tree_path(base_real: str) -> None:
+    """Every existing directory from the toolkit's own one down to ``base_real``: a real
+    directory (no symbolic link), owned by the toolkit's user, writable by nobody else."""
+    start = _owned_from(base_real)
+    path = start
+    rest = os.path.relpath(base_real, start).split("/") if base_real != start else []
+    for part in ["", *rest]:
+        path = os.path.join(path, part) if part else path
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            return
+        _check_owned_dir(path, info, "every directory of the generations tree")
+
+
+def _is_earlier_tree(base_real: str) -> bool:
+    """Whether an unmarked directory holds only what a generations tree holds."""
+    for name in os.listdir(base_real):
+        if name in _TREE_FILES or name.startswith(".lock.json."):
+            continue
+        if not is_generation_name(name):
+            return False
+        if not os.path.lexists(os.path.join(base_real, name, MANIFEST)):
+            return False
+    return True
+
+
+def tree_base(generations_dir: str, root: str = "/") -> str:
+    """The generations directory on this machine, its value checked (values.owned_dir)."""
+    try:
+        values.owned_dir(generations_dir, "generations_dir")
+    except ValueError as error:
+        raise GenerationError(f"{error}; nothing was touched") from error
+    return on_root(root, generations_dir)
+
+
+def check_tree(base_real: str) -> bool:
+    """Whether the generations tree exists; GenerationError when it is not one the toolkit
+    made (see own_tree). Reads only."""
+    _check_tree_path(base_real)
+    if not os.path.lexists(base_real):
+        return False
+    if os.path.lexists(os.path.join(base_real, TREE_MARKER)):
+        return True
+    if not _is_earlier_tree(base_real):
+        raise _tree_error(
+            base_real,
+            f"exists but holds no {TREE_MARKER} and things that are not generations",
+            "The toolkit takes over only a directory it created: set generations_dir to a new "
+            "path, or move the directory away",
+        )
+    return True
+
+
+def own_tree(base_real: str, *, mark_earlier: bool = True) -> str:
+    """The generations tree at ``base_real``, ready to write into: created when absent
+    (missing parents 0755, the tree 0700, the marker), an unmarked tree of an earlier
+    version marked (unless ``mark_earlier`` is false: the lock, which writes nothing that
+    stays), anything else refused naming the fix. Never chmods a directory."""
+    if _owned_from(base_real) == base_real and values.TOOLKIT_WORD not in base_real.lower():
+        raise _tree_error(
+            base_real,
+            "is not a directory of the toolkit",
+            f"Fix generations_dir: {values.OWNED_DIR_RULE}",
+        )
+    if check_tree(base_real):
+        marker = os.path.join(base_real, TREE_MARKER)
+        if mark_earlier and not os.path.lexists(marker):
+            atomic.write_atomic(marker, TREE_MARKER_TEXT, mode=0o600)
+        return base_real
+    os.makedirs(os.path.dirname(base_real), mode=0o755, exist_ok=True)
+    _check_tree_path(os.path.dirname(base_real))
+    os.mkdir(base_real, 0o700)
+    atomic.write_atomic(os.path.join(base_real, TREE_MARKER), TREE_MARKER_TEXT, mode=0o600)
+    return base_real
 
 
 def absent_dirs(root: str, path: str) -> list[str]:
@@ -420,10 +651,9 @@ def record_before(
     known = {entry["path"] for entry in manifest["files"]}
     # Every path is read before the first directory is made: a refusal leaves no trace.
     states = {path: file_state(on_root(root, path), path) for path in paths if path not in known}
-    _private_tree(on_root(root, generations_dir))
+    own_tree(tree_base(generations_dir, root))
     added: list[str] = []
     for path, state in states.items():
-        real = on_root(root, path)
         entry: dict[str, Any] = {"path": path, "kind": kind_of(path), "before": state.to_json()}
         missing_dirs = [] if state.exists else absent_dirs(root, path)
         if missing_dirs:
@@ -435,9 +665,16 @@ def record_before(
             saved = os.path.join(FILES, path.lstrip("/"))
             saved_real = os.path.join(run_dir, saved)
             os.makedirs(os.path.dirname(saved_real), mode=0o700, exist_ok=True)
-            shutil.copyfile(real, saved_real)
-            os.chmod(saved_real, state.mode)
-            if sha256_of(saved_real) != state.sha256:
+            with (
+                os.fdopen(open_below(root, path), "rb") as handle,
+                os.fdopen(
+                    open_below(run_dir, saved, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, state.mode),
+                    "wb",
+                ) as out,
+            ):
+                shutil.copyfileobj(handle, out, _CHUNK_BYTES)
+                os.fchmod(out.fileno(), state.mode)
+            if _sha256_below(run_dir, saved) != state.sha256:
                 raise GenerationError(
                     f"{path} changed while it was being saved; run again when nothing "
                     "else writes it"
@@ -494,6 +731,8 @@ def generation_numbers(
     generations_dir: str, root: str = "/", reader: GenerationSource = DISK
 ) -> list[int]:
     base = on_root(root, generations_dir)
+    if reader is DISK and not check_tree(tree_base(generations_dir, root)):
+        return []
     try:
         names = reader.listdir(base)
     except FileNotFoundError:
@@ -574,14 +813,38 @@ def _commit_one(
     ]
 
 
+def _is_generation_dir(directory: str) -> bool:
+    """A real directory (no link) holding a regular manifest that names it."""
+    try:
+        if not stat.S_ISDIR(os.lstat(directory).st_mode):
+            return False
+        manifest_path = os.path.join(directory, MANIFEST)
+        if not stat.S_ISREG(os.lstat(manifest_path).st_mode):
+            return False
+        manifest = _read_json(manifest_path)
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("generation") == int(
+        os.path.basename(directory)
+    )
+
+
 def prune(generations_dir: str, keep: int, root: str = "/") -> list[int]:
-    """Remove all but the newest ``keep`` generations; returns the removed numbers."""
+    """Remove all but the newest ``keep`` generations; returns the removed numbers. Only
+    in a marked tree (own_tree), only directories that are generations."""
     if keep < 1:
         raise GenerationError(f"keep is {keep}; keep at least 1 generation")
-    numbers = generation_numbers(generations_dir, root)
+    base = tree_base(generations_dir, root)
+    if not check_tree(base) or not os.path.lexists(os.path.join(base, TREE_MARKER)):
+        return []
+    numbers = [
+        n
+        for n in generation_numbers(generations_dir, root)
+        if _is_generation_dir(os.path.join(base, str(n)))
+    ]
     removed = numbers[:-keep]
     for number in removed:
-        shutil.rmtree(on_root(root, os.path.join(generations_dir, str(number))))
+        shutil.rmtree(os.path.join(base, str(number)))
     return removed
 
 
@@ -653,7 +916,10 @@ def commit(
     check_run_id(run_id)
     if keep < 1:
         raise GenerationError(f"keep is {keep}; keep at least 1 generation")
-    base_real = on_root(root, generations_dir)
+    base_real = tree_base(generations_dir, root)
+    if not check_tree(base_real):
+        return CommitResult(generation=None)  # no tree: no run recorded anything here
+    own_tree(base_real)
     try:
         holder = runlock.read_lock(base_real)
     except runlock.LockedError as error:
@@ -736,6 +1002,8 @@ def load_generation(  # noqa: PLR0912, PLR0915 - one check per manifest field, e
     generations_dir: str, number: int, root: str = "/", reader: GenerationSource = DISK
 ) -> Generation:
     """Read and check generation ``number``: manifest shape and saved copies' checksums."""
+    if reader is DISK:
+        check_tree(tree_base(generations_dir, root))
     directory = on_root(root, os.path.join(generations_dir, str(number)))
     manifest_path = os.path.join(directory, MANIFEST)
     try:
@@ -779,11 +1047,25 @@ def load_generation(  # noqa: PLR0912, PLR0915 - one check per manifest field, e
         if change.saved is None:
             continue
         saved_real = os.path.join(directory, change.saved)
-        if os.path.normpath(saved_real) != saved_real or not saved_real.startswith(directory):
+        if (
+            os.path.isabs(change.saved)
+            or os.path.normpath(saved_real) != saved_real
+            or os.path.commonpath([saved_real, directory]) != directory
+        ):
             raise _manifest_error(manifest_path, f"saved copy {change.saved!r} is outside it")
         try:
-            actual = reader.sha256(saved_real)
+            if reader is DISK:
+                actual = _sha256_below(directory, change.saved)
+            else:
+                actual = reader.sha256(saved_real)
         except OSError as error:
+            if error.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise GenerationError(
+                    f"generation {number}: the saved copy of {change.path} is, or lies below, "
+                    "a symbolic link, and a generation holds only regular files in real "
+                    "directories; nothing was touched. The generation is damaged or was "
+                    "planted: roll back to another one with -e rollback_to=<n>"
+                ) from error
             raise GenerationError(
                 f"generation {number}: the saved copy of {change.path} cannot be read "
                 f"({error.strerror}); nothing was touched. Roll back to another generation "
@@ -1003,13 +1285,15 @@ def units_to_stop(restores: Iterable[Restore]) -> list[str]:
     return sorted(units)
 
 
-def plan_rollback(
+def plan_rollback(  # noqa: PLR0912 - one branch per refusal of an unsafe or unknown target, each with its own message
     generations_dir: str,
     target: int | None = None,
     force: bool = False,
     root: str = "/",
+    also_restorable: Sequence[str] = (),
 ) -> RollbackPlan:
-    """Decide what a rollback to ``target`` restores; raise before touching anything."""
+    """Decide what a rollback to ``target`` restores; raise before touching anything.
+    Only files the toolkit writes are restored (is_restorable, with ``also_restorable``)."""
     numbers = generation_numbers(generations_dir, root)
     base = on_root(root, generations_dir)
     if not numbers:
@@ -1040,6 +1324,16 @@ def plan_rollback(
             "nothing was touched"
         )
     generations = [load_generation(generations_dir, n, root) for n in undone]
+    also = [os.path.normpath(p) for p in also_restorable if str(p).startswith("/")]
+    for generation in generations:
+        for change in generation.changes:
+            if not is_restorable(change.path, also):
+                raise GenerationError(
+                    f"generation {generation.number} holds an entry for {change.path}, which no "
+                    "role of the toolkit writes (nor generations_record_paths names); nothing "
+                    f"was touched. Someone else wrote {generation.directory}: look at it, "
+                    "remove it, and roll back to another generation with -e rollback_to=<n>"
+                )
     earliest: dict[str, tuple[Generation, FileChange]] = {}
     latest_after: dict[str, FileState] = {}
     for generation in generations:
@@ -1050,6 +1344,13 @@ def plan_rollback(
     drifted = []
     kept = []
     for path, (generation, change) in sorted(earliest.items()):
+        linked = linked_dir_above(root, path)
+        if linked is not None:
+            raise GenerationError(
+                f"{linked} is a symbolic link, so restoring {path} would write where it leads; "
+                f"nothing was touched. Replace the link with the directory it stands for, "
+                "then roll back again"
+            )
         current = file_state(on_root(root, path), path)
         if is_secret(path) and change.before.exists:
             kept.append(path)
@@ -1175,9 +1476,11 @@ def swap_restored(
             if restore.action == "write" and restore.saved_real is not None:
                 target = on_root(root, restore.path)
                 _make_parents(root, restore.path, plan.removed_dirs, made_dirs)
-                staged.append(
-                    (_copy_with_state(restore.saved_real, target, restore.desired), target)
+                generation_real = on_root(
+                    root, os.path.join(generations_dir, str(restore.source_generation))
                 )
+                source = (generation_real, os.path.relpath(restore.saved_real, generation_real))
+                staged.append((_copy_with_state(source, target, restore.desired), target))
     except OSError as error:
         for temp_path, _ in staged:
             os.unlink(temp_path)

@@ -66,4 +66,3 @@ def check_values(present: Any, absent: Any, dropin_name: Any, allow_risky_params
             allow_risky=allow,
             removing=True,
         )
-

@@ -41,6 +41,22 @@ PLAY_WIDE_VARIABLES: dict[str, str] = {
     ),
 }
 
+# Directories the toolkit creates, writes, chmods and prunes: each value must be one the
+# toolkit may own (values.owned_dir), the same check the modules make on the node.
+OWNED_DIR_VARIABLES = (
+    "generations_dir",
+    "fleet_audit_generations_dir",
+    "kernel_cmdline_backup_dir",
+    "p2p_probe_save_dir",
+    "rollout_gate_probe_save_dir",
+)
+# Directory variables that name a directory shared with other software: the toolkit puts
+# files into it and owns none of it.
+SHARED_DIR_VARIABLES = (
+    "nvidia_persistence_dropin_dir",  # systemd's drop-in directory of nvidia-persistenced
+    "topo_monitor_textfile_dir",  # node_exporter's textfile collector directory
+)
+
 Contradiction = Callable[[Mapping[str, Any]], list[str]]
 CONTRADICTIONS: dict[str, Contradiction] = {}
 
@@ -121,6 +137,8 @@ def check_policy(
     problems += unsafe_value_problems(variables, role_specs)
     problems += near_miss_problems(variables, role_specs)
     problems += checked_value_problems(variables)
+
+    problems += owned_dir_problems(variables)
     for role, params in by_role.items():
         spec = dict(role_specs[role])
         for name in sorted(set(params) - set(spec)):
@@ -360,6 +378,22 @@ def checked_value_problems(variables: Mapping[str, Any]) -> list[PolicyProblem]:
         except values.ValueRefusedError as error:
             problems.setdefault(str(error), PolicyProblem(error.variable, error.reason))
     return list(problems.values())
+
+
+def owned_dir_problems(variables: Mapping[str, Any]) -> list[PolicyProblem]:
+    """Directory variables whose value is not a directory the toolkit may own."""
+    problems = []
+    for name in OWNED_DIR_VARIABLES:
+        if name not in variables or (
+            isinstance(variables[name], str) and _CONTROL.search(variables[name])
+        ):
+            continue  # a control character is reported once, by unsafe_value_problems
+        try:
+            values.owned_dir(variables[name], name)
+        except ValueError as error:
+            variable, _, message = str(error).partition(": ")
+            problems.append(PolicyProblem(variable, message))
+    return problems
 
 
 def play_wide_problems(

@@ -58,6 +58,9 @@ class RollbackRequest:
     reboot_follows: bool = False
     health_retries: int = 10
     health_delay_s: float = 3.0
+    # Files (or directories) the inventory's own tasks record (generations_record_paths):
+    # restorable besides the files the toolkit's roles write.
+    also_restorable: Sequence[str] = ()
 
 
 def effects_of(plan: generations.RollbackPlan, bootloader_kind: str) -> dict[str, Any]:
@@ -256,7 +259,11 @@ def _roll_back_locked(
                 plan_path=request.plan_path,
             )
         plan = generations.plan_rollback(
-            request.generations_dir, request.target, request.force, request.root
+            request.generations_dir,
+            request.target,
+            request.force,
+            request.root,
+            request.also_restorable,
         )
         plan = generations.with_outputs_removed(
             plan, monitor_outputs_taken_away(plan, request.root), request.root

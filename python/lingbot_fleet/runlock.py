@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .atomic import write_json_atomic
+from .generations import GenerationError, own_tree
 from .runs import controller_of
 
 LOCK_FILE = "lock.json"
@@ -76,8 +77,10 @@ def _lock_paths(generations_dir_real: str) -> tuple[str, str]:
 
 @contextlib.contextmanager
 def _guard(path: str) -> Iterator[None]:
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    # The generations tree, created and marked by the toolkit, or refused (another user's
+    # directory, one that is not a generations tree): never a directory taken as found.
+    own_tree(os.path.dirname(path), mark_earlier=False)
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX)
         yield
@@ -159,7 +162,10 @@ def take(
     """
     deadline = time.monotonic() + wait_s
     while True:
-        taken, waiting_for = _try_take(generations_dir_real, run_id, live_runs, ttl_s, now)
+        try:
+            taken, waiting_for = _try_take(generations_dir_real, run_id, live_runs, ttl_s, now)
+        except GenerationError as error:
+            raise LockedError(str(error)) from error
         if taken is not None:
             return taken
         if time.monotonic() >= deadline:
@@ -224,6 +230,8 @@ def _try_take(
 def release(generations_dir_real: str, run_id: str) -> bool:
     """Give the lock back when ``run_id`` holds it; True when it did."""
     lock_path, guard_path = _lock_paths(generations_dir_real)
+    if not os.path.isdir(generations_dir_real):
+        return False
     with _guard(guard_path):
         current = read_lock(generations_dir_real)
         if current is None or current.get("run_id") != run_id:

@@ -31,7 +31,14 @@ def playbook(tmp_path: Path, *extra: str) -> PlaybookRun:
     return run_playbook(
         REPO / "playbooks" / "rollback.yml",
         inventory=inventory,
-        cmdline=["-e", f"generations_dir={tmp_path / 'generations'}", *extra],
+        cmdline=[
+            "-e",
+            f"generations_dir={tmp_path / 'lingbot-fleet-generations'}",
+            # The files these tests record are the inventory's own: restorable as declared.
+            "-e",
+            json.dumps({"generations_record_paths": [str(tmp_path / "etc")]}),
+            *extra,
+        ],
         envvars={
             "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
             "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
@@ -50,7 +57,7 @@ def provisioned(tmp_path: Path) -> Path:
     config = tmp_path / "etc" / "app.conf"
     config.parent.mkdir()
     config.write_text("original\n")
-    generations_dir = str(tmp_path / "generations")
+    generations_dir = str(tmp_path / "lingbot-fleet-generations")
     gen.record_before(generations_dir, "run-1", [str(config)])
     config.write_text("changed\n")
     assert gen.commit(generations_dir, "run-1", {"play": "test"}).generation == 1
@@ -80,7 +87,7 @@ def test_rollback_restores_and_records_then_rolls_back_again(tmp_path: Path) -> 
     done = playbook(tmp_path, "-e", "rollback_confirm=true")
     assert done.rc == 0, done.stdout
     assert config.read_text() == "original\n"
-    assert gen.generation_numbers(str(tmp_path / "generations")) == [1, 2]
+    assert gen.generation_numbers(str(tmp_path / "lingbot-fleet-generations")) == [1, 2]
     again = playbook(tmp_path, "-e", "rollback_confirm=true")
     assert again.rc == 0, again.stdout
     assert config.read_text() == "changed\n"
@@ -90,6 +97,6 @@ def test_host_without_generation_fails_clearly(tmp_path: Path) -> None:
     done = playbook(tmp_path, "-e", "rollback_confirm=true")
     assert done.rc == 2
     assert (
-        f"no generation in {tmp_path / 'generations'}: the toolkit has changed nothing on "
-        "this node yet" in done.stdout
+        f"no generation in {tmp_path / 'lingbot-fleet-generations'}: the toolkit has changed "
+        "nothing on this node yet" in done.stdout
     )

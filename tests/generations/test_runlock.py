@@ -18,6 +18,13 @@ OTHER_LIVE = "20261201T095900Z-ctl01-p4700"
 ELSEWHERE = "20261201T095800Z-ctl02-p99"
 
 
+@pytest.fixture
+def tmp_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The generations tree of these tests: a directory whose name is the toolkit's (the
+    lock lives only in a tree the toolkit may own, values.owned_dir)."""
+    return tmp_path_factory.mktemp("lingbot-fleet-generations")
+
+
 def test_a_run_takes_the_lock_again_and_gives_it_back(tmp_path: Path) -> None:
     assert take(str(tmp_path), MINE, now=100.0).replaced_run is None
     assert take(str(tmp_path), MINE, now=200.0).replaced_run is None

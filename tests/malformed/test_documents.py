@@ -11,6 +11,7 @@ from lingbot_fleet import cmdline, generations, grub, lingbot_config, lingbot_la
 from lingbot_fleet.monitor import units as monitor_units
 from lingbot_fleet.plan import PlanInputError, build_plan
 
+GENERATIONS_DIR = generations.DEFAULT_GENERATIONS_DIR
 FACTS = {"schema_version": 1, "gpus": []}
 INSTANCE_RULE = (
     "cannot be a systemd instance; use letters, digits, '_', '.', '-' (at most 64, not "
@@ -195,13 +196,15 @@ CASES = [
     ),
     (
         "a relative path to record",
-        lambda: generations.record_before("/g", "r1", ["etc/x"], "/nonexistent-root"),
+        lambda: generations.record_before(GENERATIONS_DIR, "r1", ["etc/x"], "/nonexistent-root"),
         generations.GenerationError,
         "'etc/x' is not a normalized absolute path; give each recorded path as /dir/file",
     ),
     (
         "a path with .. to record",
-        lambda: generations.record_before("/g", "r1", ["/etc/../x"], "/nonexistent-root"),
+        lambda: generations.record_before(
+            GENERATIONS_DIR, "r1", ["/etc/../x"], "/nonexistent-root"
+        ),
         generations.GenerationError,
         "'/etc/../x' is not a normalized absolute path; give each recorded path as /dir/file",
     ),

@@ -199,7 +199,7 @@ def kernel_cmdline_args(root: Path, **args: Any) -> dict[str, Any]:
     ids=[case[0] for case in KERNEL_CMDLINE_CASES],
 )
 @pytest.mark.parametrize("check_mode", [False, True], ids=["run", "check"])
-def test_kernel_cmdline_refuses_in_the_module_and_the_policy_with_one_message(  # noqa: PLR0917 - fixtures and parameters
+def test_kernel_cmdline_refuses_in_the_module_and_the_policy_with_one_message(
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
     specs: dict[str, Any],

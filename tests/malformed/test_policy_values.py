@@ -26,6 +26,14 @@ NOT_A_NAME = (
     "'_', at most 32 characters (e.g. lingbot)"
 )
 
+
+OWNED_RULE = (
+    "a directory the toolkit owns is an absolute, normalized path with a component below the "
+    "top level that names the toolkit (holds 'lingbot-fleet'), not under /proc, /sys or /dev, e.g. "
+    "/var/lib/lingbot-fleet/generations"
+)
+NOT_OURS = "is not a directory of the toolkit (the toolkit would create, chmod and prune there)"
+
 CASES = [
     (
         {"lingbot_service_pythonpath": "/opt/lingbot\nExecStartPre=+/bin/sh -c id"},
@@ -79,6 +87,37 @@ CASES = [
         {"generations_dir": "/var/lib/lingbot\tfleet"},
         "generations_dir: holds the control character '\\t' at position 16; remove it (values "
         "land in unit files and commands, where a line break starts a new directive)",
+    ),
+    (
+        {"generations_dir": "/var/lib"},
+        f"generations_dir: '/var/lib' {NOT_OURS}; {OWNED_RULE}",
+    ),
+    ({"generations_dir": "/"}, f"generations_dir: '/' {NOT_OURS}; {OWNED_RULE}"),
+    ({"generations_dir": "/tmp"}, f"generations_dir: '/tmp' {NOT_OURS}; {OWNED_RULE}"),
+    (
+        {"generations_dir": "/etc/lingbot"},
+        f"generations_dir: '/etc/lingbot' {NOT_OURS}; {OWNED_RULE}",
+    ),
+    (
+        {"generations_dir": "var/lib/lingbot-fleet"},
+        f"generations_dir: 'var/lib/lingbot-fleet' is a relative path; {OWNED_RULE}",
+    ),
+    (
+        {"fleet_audit_generations_dir": "/var/lib/lingbot-fleet/../.."},
+        "fleet_audit_generations_dir: '/var/lib/lingbot-fleet/../..' is not normalized ('..', "
+        f"'.', '//' or a trailing '/'); {OWNED_RULE}",
+    ),
+    (
+        {"p2p_probe_save_dir": "/proc/lingbot"},
+        f"p2p_probe_save_dir: '/proc/lingbot' is on a kernel filesystem; {OWNED_RULE}",
+    ),
+    (
+        {"kernel_cmdline_backup_dir": "/etc/default"},
+        f"kernel_cmdline_backup_dir: '/etc/default' {NOT_OURS}; {OWNED_RULE}",
+    ),
+    (
+        {"rollout_gate_probe_save_dir": "/home/ops"},
+        f"rollout_gate_probe_save_dir: '/home/ops' {NOT_OURS}; {OWNED_RULE}",
     ),
     (
         {"lingbot_service_model_path": "/models/\u00a0llama"},
@@ -192,3 +231,19 @@ def test_a_loopback_listener_without_a_key_and_an_exposed_one_with_a_key_pass(sp
 def test_names_far_from_every_role_variable_are_left_alone(specs) -> None:
     unrelated = {"ansible_user": "root", "inventory_hostname": "node1", "lingbot_plan": {}}
     assert check_policy(unrelated, specs) == []
+
+
+def test_every_directory_variable_is_owned_or_declared_shared(specs) -> None:
+    """A new directory variable is sorted into one list: the toolkit owns it (checked by
+    values.owned_dir) or it is another program's directory the toolkit only puts files in."""
+    from lingbot_fleet.policy import OWNED_DIR_VARIABLES, SHARED_DIR_VARIABLES
+
+    directories = {
+        name
+        for options in specs.values()
+        for name, spec in options.items()
+        if spec.get("type") == "path" and name.endswith("_dir")
+    }
+    assert directories == set(OWNED_DIR_VARIABLES) | set(SHARED_DIR_VARIABLES)
+    defaults = {name: spec.get("default") for o in specs.values() for name, spec in o.items()}
+    assert check_policy({n: defaults[n] for n in OWNED_DIR_VARIABLES}, specs) == []

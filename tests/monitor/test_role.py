@@ -54,7 +54,7 @@ class Node:
         self.tmp = tmp_path
         self.root = tmp_path / "node"
         self.root.mkdir()
-        self.generations = tmp_path / "generations"
+        self.generations = tmp_path / "lingbot-fleet-generations"
         self.bin = tmp_path / "bin"
         self.bin.mkdir()
         (self.bin / "systemctl").write_text(FAKE_SYSTEMCTL)

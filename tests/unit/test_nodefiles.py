@@ -81,20 +81,20 @@ def test_directories_a_run_makes_are_noted_and_go_with_a_rollback(tmp_path: Path
     (tmp_path / "etc").mkdir()
     before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_dir())
     node = changes(tmp_path)
-    assert node.make_dir("/etc/app", mode=0o755, owner=ROOT_USER, group=0)
-    assert node.make_dir("/etc/app/one", mode=0o750, owner=ROOT_USER, group=0)
-    assert node.write_file("/etc/app/one/app.conf", "x\n", owner=ROOT_USER, group=0)
+    assert node.make_dir("/etc/lingbot-fleet", mode=0o755, owner=ROOT_USER, group=0)
+    assert node.make_dir("/etc/lingbot-fleet/one", mode=0o750, owner=ROOT_USER, group=0)
+    assert node.write_file("/etc/lingbot-fleet/one/app.conf", "x\n", owner=ROOT_USER, group=0)
     pending = Path(
         generations.pending_dir("/var/lib/lingbot-fleet/generations", "run-1", str(tmp_path))
     )
     manifest = json.loads((pending / "manifest.json").read_text())
-    assert manifest["created_dirs"] == ["/etc/app", "/etc/app/one"]
+    assert manifest["created_dirs"] == ["/etc/lingbot-fleet", "/etc/lingbot-fleet/one"]
     assert not changes(tmp_path, run_id="run-2").make_dir(
-        "/etc/app/one", mode=0o750, owner=ROOT_USER, group=0
+        "/etc/lingbot-fleet/one", mode=0o750, owner=ROOT_USER, group=0
     )
     generations.commit("/var/lib/lingbot-fleet/generations", "run-1", {}, root=str(tmp_path))
     plan = generations.plan_rollback("/var/lib/lingbot-fleet/generations", root=str(tmp_path))
-    assert plan.dirs_to_remove == ("/etc/app/one", "/etc/app")
+    assert plan.dirs_to_remove == ("/etc/lingbot-fleet/one", "/etc/lingbot-fleet")
     generations.apply_rollback(plan, "/var/lib/lingbot-fleet/generations", "rb", str(tmp_path))
     after = sorted(
         str(p.relative_to(tmp_path))

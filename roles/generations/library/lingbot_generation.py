@@ -110,6 +110,14 @@ options:
     description: C(rollback) - seconds between those checks.
     type: float
     default: 3
+  restorable_paths:
+    description:
+      - C(rollback) - files or directories, besides those the toolkit's roles write, that a
+        rollback may restore (the playbook passes generations_record_paths). A generation
+        entry for any other path is refused, naming it.
+    type: list
+    elements: str
+    default: []
   root:
     description:
       - Prefix for every node path the module reads or writes, for image builds and
@@ -239,6 +247,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "reboot_follows": {"type": "bool", "default": False},
     "health_retries": {"type": "int", "default": 10},
     "health_delay_s": {"type": "float", "default": 3.0},
+    "restorable_paths": {"type": "list", "elements": "str", "default": []},
     "root": {"type": "path", "default": "/"},
 }
 REQUIRED_IF = [
@@ -297,6 +306,7 @@ def do_rollback(params: dict[str, Any], check_mode: bool, find_bin: FindBin) -> 
         reboot_follows=params["reboot_follows"],
         health_retries=params["health_retries"],
         health_delay_s=params["health_delay_s"],
+        also_restorable=tuple(params["restorable_paths"]),
     )
     return roll_back(request, check_mode=check_mode, find_bin=find_bin)
 
