@@ -190,6 +190,13 @@ def _is_int(value: Any, low: int, high: int) -> bool:
     return not isinstance(value, bool) and isinstance(value, int) and low <= value <= high
 
 
+def _check_texts(entry: Mapping[str, Any], keys: tuple[str, ...], where: str, fix: str) -> None:
+    for key in keys:
+        value = entry.get(key)
+        if value is not None and not isinstance(value, str):
+            raise PlanInputError(f"{where}.{key} is {value!r}, not text or null; {fix}")
+
+
 def _check_gpu(gpu: Mapping[str, Any], where: str, fix: str) -> None:
     """The fields the planner reads have the types docs/facts.md gives them."""
     lost = gpu.get("lost")
@@ -234,8 +241,29 @@ def _check_probe(probe: Mapping[str, Any]) -> None:
             "run this toolkit's p2p_probe again"
         )
     fix = "run this toolkit's p2p_probe again"
-    _entries(probe, "gpus", "probe", fix)
-    _entries(probe, "pairs", "probe", fix)
+    for position, entry in enumerate(_entries(probe, "gpus", "probe", fix)):
+        where = f"probe: gpus[{position}]"
+        if not _is_int(entry.get("index"), 0, MAX_GPU_INDEX):
+            raise PlanInputError(
+                f"{where}.index is {entry.get('index')!r}, not a GPU index from 0 to "
+                f"{MAX_GPU_INDEX}; {fix}"
+            )
+        _check_texts(entry, ("uuid", "error"), where, fix)
+    for position, entry in enumerate(_entries(probe, "pairs", "probe", fix)):
+        where = f"probe: pairs[{position}]"
+        for key in ("src", "dst"):
+            if not _is_int(entry.get(key), 0, MAX_GPU_INDEX):
+                raise PlanInputError(
+                    f"{where}.{key} is {entry.get(key)!r}, not a GPU index from 0 to "
+                    f"{MAX_GPU_INDEX}; {fix}"
+                )
+        access = entry.get("can_access_peer")
+        if access is not None and not isinstance(access, bool):
+            raise PlanInputError(f"{where}.can_access_peer is {access!r}, not true or false; {fix}")
+        enabled = entry.get("p2p_enabled")
+        if enabled is not None and not isinstance(enabled, Mapping):
+            raise PlanInputError(f"{where}.p2p_enabled is {enabled!r}, not a mapping; {fix}")
+        _check_texts(entry, ("data_check", "error"), where, fix)
     _check_finite({key: probe.get(key) for key in ("gpus", "pairs")}, "probe", fix)
 
 
