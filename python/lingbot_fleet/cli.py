@@ -46,13 +46,12 @@ def _cmd_lab(args: argparse.Namespace) -> int:
 
 
 def _cmd_parse(args: argparse.Namespace) -> int:
-    from .parsers import ParseError, parse  # noqa: PLC0415
+    from .parsers import ParseError, parse, read_capture  # noqa: PLC0415
 
     try:
-        with open(args.file, encoding="utf-8", errors="replace") as handle:
-            text = handle.read()
-    except OSError as error:
-        print(f"lingbot-fleet parse: cannot read {args.file}: {error.strerror}", file=sys.stderr)
+        text = read_capture(args.file)
+    except ParseError as error:
+        print(f"lingbot-fleet parse: {error}", file=sys.stderr)
         return EXIT_USAGE
     try:
         result = parse(args.kind, text)

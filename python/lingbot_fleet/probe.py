@@ -30,6 +30,7 @@ from .atomic import write_atomic
 from .cuda import CudaDriver, CudaError
 from .facts.load import LinkReading, Sampler, nvml_sampler, smi_sampler
 from .facts.nvml import NvmlUnavailableError, load_pynvml
+from .parsers._common import expand_cpu_list
 from .probe_saved import (
     DEFAULT_SAVE_DIR,
     LATEST_NAME,
@@ -188,14 +189,12 @@ def parse_pairs(pairs: Any) -> tuple[tuple[int, int], ...] | None:
 
 
 def parse_cpulist(cpulist: str) -> set[int]:
-    """'0-3,8,10-11' -> {0, 1, 2, 3, 8, 10, 11} (sysfs local_cpulist format)."""
-    cpus: set[int] = set()
-    for part in cpulist.strip().split(","):
-        if not part:
-            continue
-        first, _, last = part.partition("-")
-        cpus.update(range(int(first), int(last or first) + 1))
-    return cpus
+    """'0-3,8,10-11' -> {0, 1, 2, 3, 8, 10, 11} (sysfs local_cpulist format).
+
+    The parsers' one bounded reader: ValueError for a malformed list or a CPU id above
+    65535, so a list like ``0-4294967295`` is refused before anything is expanded.
+    """
+    return set(expand_cpu_list(cpulist))
 
 
 def format_cpulist(cpus: set[int]) -> str:
@@ -219,7 +218,12 @@ def bound_to_cpus(cpulist: str | None) -> Iterator[str | None]:
         yield None
         return
     original = os.sched_getaffinity(0)
-    wanted = parse_cpulist(cpulist) & original
+    try:
+        listed = parse_cpulist(cpulist)
+    except ValueError:  # a malformed local_cpulist binds nothing rather than ending the probe
+        yield None
+        return
+    wanted = listed & original
     if not wanted:
         yield None
         return

@@ -19,7 +19,7 @@ def node_documents(draw: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str,
     gpus = []
     probe_gpus = []
     for index in range(count):
-        uuid = f"GPU-{index:08d}"
+        uuid = f"GPU-{index:08d}-0000-4000-8000-000000000000"
         gpus.append(
             {
                 "index": index,

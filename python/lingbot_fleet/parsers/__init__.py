@@ -12,6 +12,8 @@ those outputs that people paste; their results say ``partial`` and, when true, c
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Callable
 
 from ._common import ParseError
@@ -23,7 +25,7 @@ from .p2p_bandwidth import parse_p2p_bandwidth
 from .smi_q import parse_smi_q
 from .topo import parse_topo
 
-__all__ = ["KINDS", "PARSERS", "ParseError", "parse"]
+__all__ = ["KINDS", "MAX_INPUT_BYTES", "PARSERS", "ParseError", "parse", "read_capture"]
 
 PARSERS: dict[str, Callable[[str], dict]] = {
     "topo": parse_topo,
@@ -47,3 +49,49 @@ def parse(kind: str, text: str) -> dict:
             f"unknown output kind {kind!r}; choose one of: {', '.join(KINDS)}"
         ) from None
     return parser(text)
+
+
+# A captured output is at most a few MiB (p2pBandwidthLatencyTest on 64 GPUs: under 1 MiB).
+MAX_INPUT_BYTES = 16 * 1024 * 1024
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a special file"
+
+
+def read_capture(path: str) -> str:
+    """The text of the regular file ``path``, at most MAX_INPUT_BYTES; ParseError otherwise.
+
+    The file is opened without blocking and checked on the open descriptor, so a FIFO
+    (which would wait for a writer), a device (``/dev/zero`` never ends) or a directory is
+    refused by what it is, and nothing past the cap is read.
+    """
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as error:
+        raise ParseError(f"cannot read {path}: {error.strerror}") from None
+    mode = os.fstat(descriptor).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(descriptor)
+        raise ParseError(
+            f"{path} is {_file_kind(mode)}, not a regular file; save the command's output to"
+            " a file and parse that file"
+        )
+    with os.fdopen(descriptor, "rb") as handle:
+        data = handle.read(MAX_INPUT_BYTES + 1)
+    if len(data) > MAX_INPUT_BYTES:
+        raise ParseError(
+            f"{path} is larger than {MAX_INPUT_BYTES // (1024 * 1024)} MiB, more than any"
+            " captured output; parse the output of one command"
+        )
+    # The line ends a text-mode read gives (universal newlines).
+    text = data.decode("utf-8", errors="replace")
+    return text.replace("\r\n", "\n").replace("\r", "\n")

@@ -1,19 +1,47 @@
-"""Helpers shared by the parsers: the error type, text clean-up, CPU lists, partial results."""
+"""Helpers shared by the parsers: the error type, text clean-up, bounded numbers, CPU lists,
+partial results.
+
+Every pattern here is linear in its input (no nested or overlapping quantifiers) and reads
+ASCII digits only, so a hostile paste cannot make a parser slow or make ``int()`` accept
+``²`` or a 5000-digit number.
+"""
 
 from __future__ import annotations
 
 import re
 
-_ANSI_ESCAPE_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+# CSI sequences (ESC [ params final) and OSC sequences (ESC ] text BEL). Each alternative has
+# one quantifier over a class that cannot match its terminator, so an unterminated escape
+# costs one scan from its ESC, never a rescan per position.
+_ANSI_ESCAPE_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*\x07")
+_ESCAPE = "\x1b"
+# Longest decimal number the parsers accept (digits, sign apart); a figure, an index or a
+# CPU id never needs more.
+MAX_NUMBER_DIGITS = 18
+# sysfs cpulists name CPU ids up to the kernel's NR_CPUS; 65535 is far above any machine.
+MAX_CPU_ID = 65535
+_DIGITS = f"[0-9]{{1,{MAX_NUMBER_DIGITS}}}"
+_INT_RE = re.compile(f"-?{_DIGITS}")
+_DECIMAL_RE = re.compile(rf"-?{_DIGITS}(?:\.{_DIGITS})?")
+_CPU_ID_RE = re.compile(r"[0-9]{1,5}")
+_LONG_INT_RE = re.compile(r"-?[0-9]+")
 
 
 class ParseError(ValueError):
     """The text is not the output the parser was asked to read."""
 
 
+def strip_escapes(text: str) -> str:
+    """``text`` without ANSI escapes, in time linear in its length: a scan that starts at
+    an ESC stops at the next ESC, so an unterminated escape is never rescanned."""
+    if _ESCAPE not in text:
+        return text
+    return _ANSI_ESCAPE_RE.sub("", text)
+
+
 def clean_lines(text: str) -> list[str]:
     """Lines of ``text`` without ANSI escapes, carriage returns or trailing blanks."""
-    without_escapes = _ANSI_ESCAPE_RE.sub("", text)
+    without_escapes = strip_escapes(text)
     return [line.rstrip() for line in without_escapes.replace("\r", "").split("\n")]
 
 
@@ -25,31 +53,69 @@ def require_text(text: str, kind: str, what: str) -> list[str]:
     return lines
 
 
-def expand_cpu_list(text: str) -> list[int]:
-    """``"0-15,32-47"`` as a sorted list of CPU numbers; ``"N/A"`` or empty gives []."""
+def parse_int(text: str, what: str) -> int:
+    """A decimal int of at most MAX_NUMBER_DIGITS ASCII digits; ParseError naming ``what``."""
+    stripped = text.strip()
+    if not _INT_RE.fullmatch(stripped):
+        shown = stripped if len(stripped) <= 40 else f"{stripped[:40]}... ({len(stripped)} chars)"
+        raise ParseError(
+            f"{what} is {shown!r}, not a whole number of at most {MAX_NUMBER_DIGITS} digits;"
+            " paste the command's output unchanged"
+        )
+    return int(stripped)
+
+
+def parse_decimal(text: str, what: str) -> float:
+    """A decimal figure (``12``, ``12.5``) of bounded length; ParseError naming ``what``."""
+    stripped = text.strip()
+    if not _DECIMAL_RE.fullmatch(stripped):
+        shown = stripped if len(stripped) <= 40 else f"{stripped[:40]}... ({len(stripped)} chars)"
+        raise ParseError(
+            f"{what} is {shown!r}, not a decimal figure of at most {MAX_NUMBER_DIGITS} digits"
+            " on either side of the point; paste the command's output unchanged"
+        )
+    return float(stripped)
+
+
+def expand_cpu_list(text: str, max_cpu_id: int = MAX_CPU_ID) -> list[int]:
+    """``"0-15,32-47"`` as a sorted list of CPU numbers; ``"N/A"`` or empty gives [].
+
+    ValueError (ParseError is one) for a malformed list or a CPU id above ``max_cpu_id``,
+    so ``0-4294967295`` is refused before anything is expanded.
+    """
     stripped = text.strip()
     if stripped in ("", "N/A"):
         return []
+    shown = stripped if len(stripped) <= 60 else f"{stripped[:60]}..."
     cpus: set[int] = set()
     for part in stripped.split(","):
-        first, sep, last = part.partition("-")
-        if not first.isdigit() or (sep and not last.isdigit()):
-            raise ValueError(f"malformed CPU list {text!r}")
+        first, sep, last = part.strip().partition("-")
+        if not _CPU_ID_RE.fullmatch(first) or (sep and not _CPU_ID_RE.fullmatch(last)):
+            raise ParseError(
+                f"malformed CPU list {shown!r}: {part!r} is not N or N-M with CPU ids of"
+                f" at most 5 digits"
+            )
         start = int(first)
         end = int(last) if sep else start
         if end < start:
-            raise ValueError(f"malformed CPU list {text!r}: range {part!r} runs backwards")
+            raise ParseError(f"malformed CPU list {shown!r}: range {part!r} runs backwards")
+        if end > max_cpu_id:
+            raise ParseError(
+                f"malformed CPU list {shown!r}: CPU {end} is above the largest CPU id {max_cpu_id}"
+            )
         cpus.update(range(start, end + 1))
     return sorted(cpus)
 
 
 def int_or_none(text: str | None) -> int | None:
-    """An int from decimal text, None for N/A, empty or anything not a number."""
+    """An int from decimal text, None for N/A, empty or anything not a bounded number."""
     if text is None:
         return None
     stripped = text.strip()
-    if re.fullmatch(r"-?\d+", stripped):
+    if _INT_RE.fullmatch(stripped):
         return int(stripped)
+    if _LONG_INT_RE.fullmatch(stripped):
+        parse_int(stripped, "a number")  # raises: too many digits to be a figure
     return None
 
 

@@ -32,6 +32,10 @@ GRUBENV_NOTE = (
     " line grub2-mkconfig wrote for the boot entries; the GRUB_* variables are not in it"
 )
 
+# /etc/default/grub is a few KiB; a value that grows past this through $NAME references
+# (A="$A$A" repeated doubles it each line) is refused instead of expanded.
+MAX_EXPANDED_CHARS = 64 * 1024
+
 _STATEMENT_START_RE = re.compile(r"\s*(?:export\s+)?[A-Za-z_][A-Za-z0-9_]*=")
 
 
@@ -97,6 +101,13 @@ def _evaluate(source: str, grub_file: GrubFile) -> tuple[dict[str, str], list[di
                 parts.append(variables.get(piece.ref, ""))
         unevaluated.pop(assignment.name, None)
         if reason is None:
+            expanded_chars = sum(len(part) for part in parts)
+            if expanded_chars > MAX_EXPANDED_CHARS:
+                raise ParseError(
+                    f"{KIND}: line {assignment.line}: {assignment.name} expands to"
+                    f" {expanded_chars} characters, more than {MAX_EXPANDED_CHARS}; its $NAME"
+                    " references repeat a value. Set it without referring to itself."
+                )
             value = "".join(parts)
         else:
             value = source[assignment.value_start : assignment.value_end]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from ._common import ParseError, int_or_none, partial, require_text, whole
+from ._common import ParseError, int_or_none, parse_decimal, parse_int, partial, require_text, whole
 
 KIND = "lspci"
 EXPECTED = (
@@ -36,8 +36,10 @@ _DEVICE_LINE_RE = re.compile(
 # "3D controller [0302]: NVIDIA Corporation GA100 [A100 SXM4 40GB] [10de:20b0] (rev a1)"
 _CLASS_RE = re.compile(r"^(?P<name>[^:\[]+?)(?: \[(?P<id>[0-9a-fA-F]{4})\])?: (?P<rest>.*)$")
 _IDS_RE = re.compile(r"\[(?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})\]")
-_SPEED_RE = re.compile(r"Speed (?P<speed>[\d.]+)GT/s(?P<note> \((?:downgraded|ok)\))?")
-_WIDTH_RE = re.compile(r"Width x(?P<width>\d+)(?P<note> \((?:downgraded|ok)\))?")
+# A link speed in GT/s: ASCII digits, one optional fraction, bounded (2.5, 16, 64).
+_GT = r"[0-9]{1,4}(?:\.[0-9]{1,4})?"
+_SPEED_RE = re.compile(r"Speed (?P<speed>[0-9.]{1,20})GT/s(?P<note> \((?:downgraded|ok)\))?")
+_WIDTH_RE = re.compile(r"Width x(?P<width>[0-9]{1,20})(?P<note> \((?:downgraded|ok)\))?")
 _FIELD_RE = re.compile(r"^\s*(?P<key>[A-Za-z][A-Za-z0-9 ]*?):\s*(?P<value>.*)$")
 
 
@@ -51,8 +53,10 @@ def _link(value: str, with_notes: bool) -> dict:
     speed = _SPEED_RE.search(value)
     width = _WIDTH_RE.search(value)
     link: dict = {
-        "speed_gt_per_s": float(speed.group("speed")) if speed else None,
-        "width": int(width.group("width")) if width else None,
+        "speed_gt_per_s": parse_decimal(speed.group("speed"), f"link speed in {value!r}")
+        if speed
+        else None,
+        "width": parse_int(width.group("width"), f"link width in {value!r}") if width else None,
     }
     if with_notes:
         link["speed_downgraded"] = _note_flag(speed.group("note")) if speed else None
@@ -117,12 +121,12 @@ def _device(device: dict, body: list[str]) -> dict:
         elif key == "LnkSta" and device["lnksta"] is None:
             device["lnksta"] = _link(value, with_notes=True)
         elif key == "LnkCap2" and device["lnkcap2_max_speed_gt_per_s"] is None:
-            device["lnkcap2_max_speed_gt_per_s"] = _gt_per_s(r"Speeds: [\d.]+-([\d.]+)GT/s", value)
+            device["lnkcap2_max_speed_gt_per_s"] = _gt_per_s(rf"Speeds: {_GT}-({_GT})GT/s", value)
             if device["lnkcap2_max_speed_gt_per_s"] is None:
-                device["lnkcap2_max_speed_gt_per_s"] = _gt_per_s(r"Speeds: ([\d.]+)GT/s", value)
+                device["lnkcap2_max_speed_gt_per_s"] = _gt_per_s(rf"Speeds: ({_GT})GT/s", value)
         elif key == "LnkCtl2" and device["lnkctl2_target_speed_gt_per_s"] is None:
             device["lnkctl2_target_speed_gt_per_s"] = _gt_per_s(
-                r"Target Link Speed: ([\d.]+)GT/s", value
+                rf"Target Link Speed: ({_GT})GT/s", value
             )
         elif key == "ACSCap" and device["acs_cap"] is None:
             device["acs_cap"] = _acs(value)

@@ -11,7 +11,7 @@ EXPECTED = "the output of `nvidia-smi topo -p2p r` (or w, n, a, p)"
 
 # Words from the legend of nvidia-smi topo -p2p.
 STATUS_WORDS = frozenset({"X", "OK", "CNS", "GNS", "TNS", "NS", "DR", "U"})
-_GPU_NAME_RE = re.compile(r"GPU\d+")
+_GPU_NAME_RE = re.compile(r"GPU[0-9]{1,5}")
 
 
 def parse_p2p(text: str) -> dict:

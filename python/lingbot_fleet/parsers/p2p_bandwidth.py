@@ -9,18 +9,44 @@ from __future__ import annotations
 
 import re
 
-from ._common import ParseError, require_text
+from ._common import ParseError, parse_decimal, parse_int, require_text
 
 KIND = "p2p-bandwidth"
 EXPECTED = "the output of the CUDA sample p2pBandwidthLatencyTest"
 
 _DEVICE_RE = re.compile(
-    r"^Device: (?P<index>\d+), (?P<name>.+?), pciBusID: (?P<bus>[0-9a-fA-F]+), "
-    r"pciDeviceID: (?P<device>[0-9a-fA-F]+), pciDomainID:\s*(?P<domain>[0-9a-fA-F]+)$"
+    r"^Device: (?P<index>[0-9]{1,5}), (?P<name>[^,]+), pciBusID: (?P<bus>[0-9a-fA-F]{1,8}), "
+    r"pciDeviceID: (?P<device>[0-9a-fA-F]{1,8}), pciDomainID: ?(?P<domain>[0-9a-fA-F]{1,8})$"
 )
-_PEER_RE = re.compile(r"^Device=(?P<a>\d+) (?P<can>CAN|CANNOT) Access Peer Device=(?P<b>\d+)$")
-_MATRIX_HEADER_RE = re.compile(r"^\s*(?P<label>D\\D|GPU|CPU)(?P<columns>(?:\s+\d+)+)\s*$")
-_ROW_RE = re.compile(r"^\s*(?P<index>\d+)(?P<cells>(?:\s+-?[\d.]+)+)\s*$")
+_PEER_RE = re.compile(
+    r"^Device=(?P<a>[0-9]{1,5}) (?P<can>CAN|CANNOT) Access Peer Device=(?P<b>[0-9]{1,5})$"
+)
+# Matrix headers and rows are split on whitespace and each token checked on its own: no
+# pattern repeats a group, so a long or hostile line costs one pass.
+_MATRIX_LABELS = ("D\\D", "GPU", "CPU")
+_COLUMN_RE = re.compile(r"[0-9]{1,5}")
+_CELL_RE = re.compile(r"-?[0-9.]{1,40}")
+
+
+def _matrix_header(line: str) -> tuple[str, list[int]] | None:
+    """(label, column numbers) of a matrix header such as ``D\\D  0  1``, or None."""
+    tokens = line.split()
+    if len(tokens) < 2 or tokens[0] not in _MATRIX_LABELS:
+        return None
+    if not all(_COLUMN_RE.fullmatch(token) for token in tokens[1:]):
+        return None
+    return tokens[0], [int(token) for token in tokens[1:]]
+
+
+def _matrix_row(line: str) -> tuple[int, list[str]] | None:
+    """(row index, cell texts) of a matrix row such as ``0  1.00  2.5``, or None."""
+    tokens = line.split()
+    if len(tokens) < 2 or not _COLUMN_RE.fullmatch(tokens[0]):
+        return None
+    if not all(_CELL_RE.fullmatch(token) for token in tokens[1:]):
+        return None
+    return int(tokens[0]), tokens[1:]
+
 
 # Section titles as the sample prints them. Titles without a mode come from older
 # releases, which measured writes only.
@@ -71,17 +97,20 @@ def _title_key(line: str) -> str | None:
 
 def _read_matrix(lines: list[str], start: int, key: str) -> tuple[list[list[float]], int]:
     """The matrix whose rows follow the header at ``start``; returns it and the next index."""
-    header = _MATRIX_HEADER_RE.match(lines[start])
+    header = _matrix_header(lines[start])
     assert header is not None
-    columns = [int(column) for column in header.group("columns").split()]
+    columns = header[1]
     rows: list[list[float]] = []
     index = start + 1
     while index < len(lines) and len(rows) < len(columns):
-        row = _ROW_RE.match(lines[index].replace("\t", " "))
+        row = _matrix_row(lines[index])
         if not row:
             break
-        cells = [float(cell) for cell in row.group("cells").split()]
-        if int(row.group("index")) != columns[len(rows)] or len(cells) != len(columns):
+        row_index, cell_texts = row
+        cells = [
+            parse_decimal(cell, f"{KIND}: {key}: line {index + 1}: value") for cell in cell_texts
+        ]
+        if row_index != columns[len(rows)] or len(cells) != len(columns):
             raise ParseError(
                 f"{KIND}: {key}: line {index + 1} ({lines[index].strip()!r}) does not hold "
                 f"device {columns[len(rows)]}'s {len(columns)} values; the matrix is "
@@ -107,9 +136,9 @@ def _matrices(lines: list[str]) -> dict[str, list[list[float]]]:
             key = title
             index += 1
             continue
-        header = _MATRIX_HEADER_RE.match(lines[index])
+        header = _matrix_header(lines[index])
         if header and key:
-            name = key.format(side=header.group("label").lower())
+            name = key.format(side=header[0].lower())
             rows, index = _read_matrix(lines, index, name)
             matrices[name] = rows
             continue
@@ -126,7 +155,7 @@ def parse_p2p_bandwidth(text: str) -> dict:
         if device:
             devices.append(
                 {
-                    "index": int(device.group("index")),
+                    "index": parse_int(device.group("index"), f"{KIND}: device index"),
                     "name": device.group("name"),
                     "bdf": "{:04x}:{:02x}:{:02x}.0".format(
                         int(device.group("domain"), 16),

@@ -33,7 +33,7 @@ FRAGMENT_NOTES = {
     ),
 }
 
-_GPU_HEADER_RE = re.compile(r"^GPU ([0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])$")
+_GPU_HEADER_RE = re.compile(r"^GPU ([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])$")
 _FIELD_RE = re.compile(r"^(.*?\S)\s*:\s?(.*)$")
 
 Node = dict[str, "Node | str"]

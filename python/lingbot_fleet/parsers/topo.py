@@ -11,9 +11,9 @@ EXPECTED = "the output of `nvidia-smi topo -m`"
 
 # Columns after the device columns, in the order nvidia-smi prints them.
 TRAILING_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
-_LINK_LABEL_RE = re.compile(r"X|SYS|NODE|PHB|PXB|PIX|PXN|NV\d+")
-_GPU_NAME_RE = re.compile(r"GPU\d+")
-_NIC_LEGEND_RE = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
+_LINK_LABEL_RE = re.compile(r"X|SYS|NODE|PHB|PXB|PIX|PXN|NV[0-9]{1,3}")
+_GPU_NAME_RE = re.compile(r"GPU[0-9]{1,5}")
+_NIC_LEGEND_RE = re.compile(r"^\s*(NIC[0-9]{1,5})\s*:\s*(\S+)\s*$")
 # Old drivers said SOC for what is now SYS.
 _LABEL_ALIASES = {"SOC": "SYS"}
 
@@ -80,7 +80,7 @@ def _parse_row(
 
 def _numa_node(raw: str) -> int | None:
     """NUMA Affinity is one node, N/A, or a range when the GPU spans nodes (then None)."""
-    return int(raw) if raw.isdigit() else None
+    return int(raw) if re.fullmatch(r"[0-9]{1,5}", raw) else None
 
 
 def _nic_legend(lines: list[str]) -> dict[str, str]:

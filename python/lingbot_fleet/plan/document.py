@@ -12,7 +12,7 @@ from .eligibility import Eligibility, judge_gpus, unknown_selectors
 from .grouping import PairVerdict, judge_pairs
 from .inputs import read_inputs
 from .layout import Selection, choose_selections, idle_gpus_finding, numa_split_reason
-from .model import PLAN_SCHEMA_VERSION, PlanInputs
+from .model import PLAN_SCHEMA_VERSION, PlanInputError, PlanInputs
 from .ordering import (
     balancer_weights,
     bound_numa_node,
@@ -23,6 +23,8 @@ from .ordering import (
 )
 from .policy import PlanPolicy, policy_from_mapping
 from .previous import PreviousPlan, read_previous_plan
+
+MAX_PORT = 65535
 
 MODE_MULTI = "multi_gpu"
 MODE_SINGLE = "single_gpu"
@@ -165,6 +167,12 @@ def _instance(
     peer_access = len(ordered) > 1
     uuids = [inputs.gpu(index).uuid or "" for index in ordered]
     port = policy.base_port + position
+    if port > MAX_PORT:
+        raise PlanInputError(
+            f"instance {position} ({name}) would listen on port {port}, above {MAX_PORT}: "
+            f"base_port {policy.base_port} leaves room for {MAX_PORT - policy.base_port + 1} "
+            "instances; set base_port lower"
+        )
     return {
         "name": name,
         "numa_node": node,

@@ -264,12 +264,37 @@ def _weakest(members: Sequence[int], verdicts: dict[tuple[int, int], PairVerdict
     return min(pairs, key=lambda verdict: (verdict.strength, verdict.a, verdict.b))
 
 
+# Up to this many candidates the group is found by trying every combination (the original
+# method, simple to read); beyond it by the bounded search below, which gives the same
+# group (tests/plan/test_plan_properties.py checks both on small inputs).
+EXACT_SEARCH_MAX_GPUS = 12
+# Steps one clique search may take before it gives up on that size or threshold; keeps a
+# 64-GPU node (or a hostile facts document) to well under a second per group.
+SEARCH_STEP_BUDGET = 20_000
+
+
 def best_group(
     candidates: Iterable[int],
     verdicts: dict[tuple[int, int], PairVerdict],
     max_size: int,
 ) -> Group | None:
-    """The best group of two or more candidates in which every pair qualifies, or None."""
+    """The best group of two or more candidates in which every pair qualifies, or None.
+
+    Best: the most GPUs (at most ``max_size``), then the highest weakest pair, then the
+    lowest GPU indices.
+    """
+    pool = sorted(candidates)
+    if len(pool) <= EXACT_SEARCH_MAX_GPUS:
+        return best_group_exhaustive(pool, verdicts, max_size)
+    return best_group_bounded(pool, verdicts, max_size)
+
+
+def best_group_exhaustive(
+    candidates: Iterable[int],
+    verdicts: dict[tuple[int, int], PairVerdict],
+    max_size: int,
+) -> Group | None:
+    """best_group by trying every combination: exponential in the number of candidates."""
     pool = sorted(candidates)
     neighbours = {
         gpu: {
@@ -290,4 +315,104 @@ def best_group(
                 best = Group(members, weakest)
         if best is not None:
             return best
+    return None
+
+
+class _SearchBudgetSpentError(Exception):
+    """One clique search took SEARCH_STEP_BUDGET steps."""
+
+
+def _first_clique(
+    pool: Sequence[int],
+    strengths: dict[int, dict[int, float]],
+    size: int,
+    threshold: float,
+    step_budget: int,
+) -> tuple[int, ...] | None:
+    """The lowest-indexed ``size`` GPUs (in combination order) whose every pair qualifies
+    with a strength of at least ``threshold``; None when there is none, or when finding one
+    takes more than ``step_budget`` steps."""
+    neighbours = {
+        gpu: {other for other, strength in strengths[gpu].items() if strength >= threshold}
+        for gpu in pool
+    }
+    # Drop GPUs with too few neighbours until none is left to drop (a k-core): each pass is
+    # quadratic at most and removes at least one GPU.
+    alive = set(pool)
+    while True:
+        weak = {gpu for gpu in alive if len(neighbours[gpu] & alive) < size - 1}
+        if not weak:
+            break
+        alive -= weak
+    if len(alive) < size:
+        return None
+    steps = 0
+
+    def extend(chosen: list[int], candidates: list[int]) -> tuple[int, ...] | None:
+        nonlocal steps
+        if len(chosen) == size:
+            return tuple(chosen)
+        for position, gpu in enumerate(candidates):
+            if len(chosen) + len(candidates) - position < size:
+                return None
+            steps += 1
+            if steps > step_budget:
+                raise _SearchBudgetSpentError
+            following = [other for other in candidates[position + 1 :] if other in neighbours[gpu]]
+            found = extend([*chosen, gpu], following)
+            if found is not None:
+                return found
+        return None
+
+    try:
+        return extend([], sorted(alive))
+    except _SearchBudgetSpentError:
+        return None
+
+
+def best_group_bounded(
+    candidates: Iterable[int],
+    verdicts: dict[tuple[int, int], PairVerdict],
+    max_size: int,
+    step_budget: int = SEARCH_STEP_BUDGET,
+) -> Group | None:
+    """best_group in polynomial time: for each size (largest first), a binary search over
+    the pair strengths for the highest one at which a group of that size exists, then the
+    lowest-indexed such group.
+
+    That is the exhaustive answer: a group whose weakest pair is the highest possible has
+    every pair at or above that figure, and among those the first in combination order is
+    the one the exhaustive search keeps. Each clique search is bounded by ``step_budget``
+    steps; one that runs out counts as "no group" (the result is then a smaller or weaker
+    group, still one in which every pair qualifies), so the search always ends in
+    O(sizes x log(pairs) x step_budget).
+    """
+    pool = sorted(candidates)
+    strengths: dict[int, dict[int, float]] = {gpu: {} for gpu in pool}
+    for a, b in itertools.combinations(pool, 2):
+        verdict = verdicts[(a, b)]
+        if verdict.qualifies:
+            strengths[a][b] = strengths[b][a] = verdict.strength
+    thresholds = sorted({s for row in strengths.values() for s in row.values()}, reverse=True)
+    if not thresholds:
+        return None
+    for size in range(min(max_size, len(pool)), 1, -1):
+        found: dict[int, tuple[int, ...]] = {}
+        lowest = len(thresholds) - 1
+        members = _first_clique(pool, strengths, size, thresholds[lowest], step_budget)
+        if members is None:
+            continue
+        found[lowest] = members
+        # thresholds descend: a group at thresholds[i] is also one at every later index.
+        low, high = 0, lowest
+        while low < high:
+            middle = (low + high) // 2
+            members = _first_clique(pool, strengths, size, thresholds[middle], step_budget)
+            if members is None:
+                low = middle + 1
+            else:
+                found[middle] = members
+                high = middle
+        best = found[high]
+        return Group(best, _weakest(best, verdicts))
     return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -17,6 +18,18 @@ from .model import (
 )
 
 FACTS_SCHEMA_VERSION = 1
+# Largest GPU index and NUMA node number the planner accepts: far above any machine, low
+# enough that a hostile document cannot make the planner build huge tables.
+MAX_GPU_INDEX = 1023
+MAX_NUMA_NODE = 1023
+_HEX_UUID = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+# GPU-<uuid>; MIG-<uuid> (R470+) or MIG-GPU-<uuid>/<gi>/<ci> (older drivers). Nothing else
+# may reach CUDA_VISIBLE_DEVICES, where a comma would name another GPU.
+_UUID_RE = re.compile(
+    rf"GPU-{_HEX_UUID}|MIG-{_HEX_UUID}|MIG-GPU-{_HEX_UUID}/[0-9]{{1,3}}/[0-9]{{1,3}}"
+)
+_BUS_ID_RE = re.compile(r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
+UUID_FORM = "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (or MIG-...)"
 # Older drivers print SOC for SYS.
 TOPOLOGY_ALIASES = {"SOC": "SYS"}
 
@@ -146,12 +159,81 @@ def _check_facts(facts: Mapping[str, Any]) -> None:
     if not isinstance(facts.get("gpus"), list):
         raise PlanInputError("facts: missing the gpus list; gather the facts again with gpu_facts")
     fix = "gather the facts again with gpu_facts"
+    for key in ("numa", "kernel", "p2p"):
+        if facts.get(key) is not None and not isinstance(facts.get(key), Mapping):
+            raise PlanInputError(f"facts: {key} is {facts.get(key)!r}, not a mapping; {fix}")
+    node_count = (facts.get("numa") or {}).get("node_count")
+    if node_count is not None and not _is_int(node_count, 0, MAX_NUMA_NODE + 1):
+        raise PlanInputError(
+            f"facts: numa.node_count is {node_count!r}, not a whole number from 0 to "
+            f"{MAX_NUMA_NODE + 1}; {fix}"
+        )
+    cmdline = (facts.get("kernel") or {}).get("cmdline")
+    if cmdline is not None and not isinstance(cmdline, str):
+        raise PlanInputError(f"facts: kernel.cmdline is {cmdline!r}, not text; {fix}")
+    seen: dict[int, int] = {}
     for position, gpu in enumerate(_entries(facts, "gpus", "facts", fix)):
         index = gpu.get("index")
         if isinstance(index, bool) or not isinstance(index, int):
             raise PlanInputError(
                 f"facts: gpus[{position}].index is {index!r}, not a GPU index; {fix}"
             )
+        if not 0 <= index <= MAX_GPU_INDEX:
+            raise PlanInputError(
+                f"facts: gpus[{position}].index is {index}, not a GPU index from 0 to "
+                f"{MAX_GPU_INDEX}; {fix}"
+            )
+        if index in seen:
+            raise PlanInputError(
+                f"facts: gpus[{position}] and gpus[{seen[index]}] both have index {index}; {fix}"
+            )
+        seen[index] = position
+        _check_gpu(gpu, f"facts: GPU {index} (gpus[{position}])", fix)
+
+
+def _is_int(value: Any, low: int, high: int) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and low <= value <= high
+
+
+def _check_texts(entry: Mapping[str, Any], keys: tuple[str, ...], where: str, fix: str) -> None:
+    for key in keys:
+        value = entry.get(key)
+        if value is not None and not isinstance(value, str):
+            raise PlanInputError(f"{where}.{key} is {value!r}, not text or null; {fix}")
+
+
+def _check_gpu(gpu: Mapping[str, Any], where: str, fix: str) -> None:
+    """The fields the planner reads have the types docs/facts.md gives them."""
+    lost = gpu.get("lost")
+    if lost is not None and not isinstance(lost, bool):
+        raise PlanInputError(
+            f"{where}: lost is {lost!r}, not true or false (a string such as 'false' would "
+            f"count as lost); {fix}"
+        )
+    uuid = gpu.get("uuid")
+    if uuid is not None and not (isinstance(uuid, str) and _UUID_RE.fullmatch(uuid)):
+        raise PlanInputError(
+            f"{where}: uuid is {uuid!r}, not of the form {UUID_FORM}; it goes into "
+            f"CUDA_VISIBLE_DEVICES, where anything else could select another GPU; {fix}"
+        )
+    bus_id = gpu.get("bus_id")
+    if bus_id not in (None, "") and not (isinstance(bus_id, str) and _BUS_ID_RE.fullmatch(bus_id)):
+        raise PlanInputError(
+            f"{where}: bus_id is {bus_id!r}, not a PCI address like 0000:41:00.0; {fix}"
+        )
+    numa_node = gpu.get("numa_node")
+    if numa_node is not None and not _is_int(numa_node, -1, MAX_NUMA_NODE):
+        raise PlanInputError(
+            f"{where}: numa_node is {numa_node!r}, not -1 (unknown) or a NUMA node from 0 to "
+            f"{MAX_NUMA_NODE}; {fix}"
+        )
+    for key in ("model", "mig_mode"):
+        value = gpu.get(key)
+        if value is not None and not isinstance(value, str | bool):
+            raise PlanInputError(f"{where}: {key} is {value!r}, not text; {fix}")
+    bridges = gpu.get("bridges")
+    if bridges is not None and not isinstance(bridges, list):
+        raise PlanInputError(f"{where}: bridges is {bridges!r}, not a list; {fix}")
 
 
 def _check_probe(probe: Mapping[str, Any]) -> None:
@@ -164,8 +246,29 @@ def _check_probe(probe: Mapping[str, Any]) -> None:
             "run this toolkit's p2p_probe again"
         )
     fix = "run this toolkit's p2p_probe again"
-    _entries(probe, "gpus", "probe", fix)
-    _entries(probe, "pairs", "probe", fix)
+    for position, entry in enumerate(_entries(probe, "gpus", "probe", fix)):
+        where = f"probe: gpus[{position}]"
+        if not _is_int(entry.get("index"), 0, MAX_GPU_INDEX):
+            raise PlanInputError(
+                f"{where}.index is {entry.get('index')!r}, not a GPU index from 0 to "
+                f"{MAX_GPU_INDEX}; {fix}"
+            )
+        _check_texts(entry, ("uuid", "error"), where, fix)
+    for position, entry in enumerate(_entries(probe, "pairs", "probe", fix)):
+        where = f"probe: pairs[{position}]"
+        for key in ("src", "dst"):
+            if not _is_int(entry.get(key), 0, MAX_GPU_INDEX):
+                raise PlanInputError(
+                    f"{where}.{key} is {entry.get(key)!r}, not a GPU index from 0 to "
+                    f"{MAX_GPU_INDEX}; {fix}"
+                )
+        access = entry.get("can_access_peer")
+        if access is not None and not isinstance(access, bool):
+            raise PlanInputError(f"{where}.can_access_peer is {access!r}, not true or false; {fix}")
+        enabled = entry.get("p2p_enabled")
+        if enabled is not None and not isinstance(enabled, Mapping):
+            raise PlanInputError(f"{where}.p2p_enabled is {enabled!r}, not a mapping; {fix}")
+        _check_texts(entry, ("data_check", "error"), where, fix)
     _check_finite({key: probe.get(key) for key in ("gpus", "pairs")}, "probe", fix)
 
 

@@ -66,8 +66,10 @@ class DirectedPath:
     def nvlink_count(self) -> int:
         """Links in an NV# topology word, 0 for PCIe paths."""
         word = self.path_type or ""
-        if word.startswith("NV") and word[2:].isdigit():
-            return int(word[2:])
+        count = word[2:]
+        # ASCII digits, at most 3 (NV18 is the most links a pair has): "NV²" is no count.
+        if word.startswith("NV") and 0 < len(count) <= 3 and count.isascii() and count.isdigit():
+            return int(count)
         return 0
 
 
