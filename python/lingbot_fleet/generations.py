@@ -44,7 +44,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import atomic, lingbot_layout, runlock, values
+from . import atomic, lingbot_layout, values
 from .generation_snapshot import MANIFEST, GenerationSource, is_generation_name, sha256_of
 from .state_dirs import GENERATIONS_DIR
 
@@ -881,6 +881,8 @@ def commit_gone_runs(
 ) -> list[int]:
     """Commit, as incomplete generations, the open generations of runs other than
     ``run_id``, which holds the node's lock (so they are gone); their numbers."""
+    from . import runlock  # noqa: PLC0415 - runlock imports generations (own_tree)
+
     holder = runlock.read_lock(on_root(root, generations_dir))
     if holder is not None and holder.get("run_id") != run_id:
         return []
@@ -913,6 +915,8 @@ def commit(
     away. While another run holds the lock, only this run's own generation is committed.
     The lock is given back at the end.
     """
+    from . import runlock  # noqa: PLC0415 - runlock imports generations (own_tree)
+
     check_run_id(run_id)
     if keep < 1:
         raise GenerationError(f"keep is {keep}; keep at least 1 generation")

@@ -453,6 +453,7 @@ def pip_requirement(value: Any, variable: str) -> str:
         )
     if not _PIP_REQUIREMENT.match(value):
         raise ValueRefusedError(variable, f"{value!r} is not a plain pip requirement; {rule}")
+    return value
 
 
 # Filesystems that are not storage (kernel views): a tree the toolkit owns never lives
