@@ -9,32 +9,15 @@ driver package's: the toolkit's drop-in only resets ExecStart, so it must not ad
 
 from __future__ import annotations
 
-import re
-import shutil
-import subprocess
 from pathlib import Path
 
-import pytest
+from unit_exposure_support import MAX_EXPOSURE, exposure, needs_analyze
 
 from lingbot_fleet import acs, persistence
 from lingbot_fleet.monitor.units import MonitorUnits, unit_files
 
-ANALYZE = shutil.which("systemd-analyze")
-MAX_EXPOSURE = 2.0
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze is not installed")
-
-
-def exposure(root: Path, unit: str) -> float:
-    done = subprocess.run(
-        [str(ANALYZE), "security", "--offline=yes", f"--root={root}", "--no-pager", unit],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    found = re.search(r"Overall exposure level for \S+: ([0-9.]+)", done.stdout)
-    assert found, done.stdout + done.stderr
-    return float(found.group(1))
+pytestmark = needs_analyze
 
 
 def unit_dir(root: Path) -> Path:

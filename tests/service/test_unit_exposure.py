@@ -6,34 +6,17 @@ both must stay at an exposure of 2.0 or less (systemd's "OK" band).
 
 from __future__ import annotations
 
-import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import plan_support
-import pytest
+from unit_exposure_support import MAX_EXPOSURE, exposure, needs_analyze
 
 from lingbot_fleet import lingbot_layout as layout
 from lingbot_fleet.monitor.units import MonitorUnits, unit_files
 from lingbot_fleet.plan import build_plan
 
-ANALYZE = shutil.which("systemd-analyze")
-MAX_EXPOSURE = 2.0
-pytestmark = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze is not installed")
-
-
-def exposure(root: Path, unit: str) -> float:
-    done = subprocess.run(
-        [str(ANALYZE), "security", "--offline=true", f"--root={root}", "--no-pager", unit],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    found = re.search(r"Overall exposure level for \S+: ([0-9.]+)", done.stdout)
-    assert found, done.stdout + done.stderr
-    return float(found.group(1))
+pytestmark = needs_analyze
 
 
 def lingbot_instance() -> dict[str, Any]:
