@@ -631,13 +631,14 @@ UNIT_LINE = "which would end the line in a systemd unit and start a new directiv
 
 
 def node_plan(uuid: str | None = None, port: int | None = None) -> dict[str, Any]:
-    """The a6000-phb plan, from facts and probe whose first GPU reports ``uuid``."""
+    """The a6000-phb plan, its first GPU's UUID replaced by ``uuid`` in the plan itself: the
+    planner refuses such a UUID in the facts, so this is a plan that reached the module some
+    other way (a plan file edited by hand)."""
     facts, probe = plan_support.lab_inputs("a6000-phb")
+    plan = build_plan(facts, probe, {})
     if uuid is not None:
         old, new = facts["gpus"][0]["uuid"], json.dumps(uuid)[1:-1]
-        facts = json.loads(json.dumps(facts).replace(old, new))
-        probe = json.loads(json.dumps(probe).replace(old, new))
-    plan = build_plan(facts, probe, {})
+        plan = json.loads(json.dumps(plan).replace(old, new))
     if port is not None:
         plan["instances"][0]["port"] = port
     return plan
@@ -892,3 +893,16 @@ def test_malformed_input_is_refused_and_nothing_is_written(
     before = checksums(root)
     assert runner(monkeypatch, root) == [m.replace("{root}", str(root)) for m in messages]
     assert checksums(root) == before
+
+
+def test_the_planner_refuses_the_same_uuid_in_the_facts() -> None:
+    facts, probe = plan_support.lab_inputs("a6000-phb")
+    old = facts["gpus"][0]["uuid"]
+    hostile = json.dumps(f"GPU-1\n{INJECTED}")[1:-1]
+    facts = json.loads(json.dumps(facts).replace(old, hostile))
+    with pytest.raises(PlanInputError) as refused:
+        build_plan(facts, probe, {})
+    assert str(refused.value).startswith(
+        f"facts: GPU 0 (gpus[0]): uuid is 'GPU-1\\n{INJECTED}', not of the form "
+        "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (or MIG-...)"
+    )
