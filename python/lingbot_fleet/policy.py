@@ -220,7 +220,7 @@ def _edits_within(first: str, second: str, limit: int) -> bool:
 
 def _deletions(name: str, depth: int) -> set[str]:
     found = {name}
-    for _ in range(depth):
+    for _step in range(depth):
         found |= {word[:i] + word[i + 1 :] for word in found for i in range(len(word))}
     return found
 
@@ -391,7 +391,7 @@ def owned_dir_problems(variables: Mapping[str, Any]) -> list[PolicyProblem]:
         try:
             values.owned_dir(variables[name], name)
         except ValueError as error:
-            variable, _, message = str(error).partition(": ")
+            variable, _separator, message = str(error).partition(": ")
             problems.append(PolicyProblem(variable, message))
     return problems
 
