@@ -17,6 +17,8 @@ import stat
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .state_dirs import GENERATIONS_DIR
+
 # --- names, ports, addresses and the API key (lingbot_service) -------------------------
 
 # Characters that end a line in a unit file, an environment file or a shell word, or are
@@ -464,7 +466,7 @@ TOOLKIT_WORD = "lingbot-fleet"
 OWNED_DIR_RULE = (
     "a directory the toolkit owns is an absolute, normalized path with a component below "
     "the top level that names the toolkit (holds 'lingbot-fleet'), not under /proc, /sys or /dev, "
-    "e.g. /var/lib/lingbot-fleet/generations"
+    f"e.g. {GENERATIONS_DIR}"
 )
 
 

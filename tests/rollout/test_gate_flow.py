@@ -40,7 +40,7 @@ def inventory(tmp_path: Path, per_host: dict[str, dict[str, Any]]) -> Path:
         hosts[host] = {
             "ansible_connection": "local",
             "ansible_python_interpreter": sys.executable,
-            "generations_dir": str(base / "generations"),
+            "generations_dir": str(base / "lingbot-fleet" / "generations"),
             "p2p_probe_save_dir": str(base / "probe"),
             "test_config_path": str(base / "etc" / "policy.conf"),
             "test_plan": plan(),
@@ -74,7 +74,7 @@ def config(tmp_path: Path, host: str) -> str:
 
 
 def generations(tmp_path: Path, host: str) -> list[str]:
-    root = node_dir(tmp_path, host) / "generations"
+    root = node_dir(tmp_path, host) / "lingbot-fleet" / "generations"
     return sorted(p.name for p in root.iterdir() if p.name.isdigit()) if root.exists() else []
 
 
@@ -188,7 +188,7 @@ def test_a_node_lost_during_its_change_stops_the_rollout_and_is_named(tmp_path: 
         ORIGINAL,
     ]
     assert generations(tmp_path, "node-4") == []
-    assert not (node_dir(tmp_path, "node-4") / "generations" / "pending").exists()
+    assert not (node_dir(tmp_path, "node-4") / "lingbot-fleet" / "generations" / "pending").exists()
     assert "batch 2/3 node-2: passed" in out
     assert (
         "batch 2/3 node-3: LOST during its change: it became unreachable, so it was neither "
