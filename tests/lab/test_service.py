@@ -178,8 +178,9 @@ def test_a_converged_node_is_answered_from_one_reading_and_drift_is_still_put_ba
     [monitor] = fixed.results(spec.name, action="topo_monitor_install")
     assert monitor.result["changed"] is True
     assert "start lingbot-fleet-monitor.timer" in monitor.result["actions"]
-    # A call that changed something keeps no receipt; the next call, changing nothing, does.
-    assert monitor.result["receipt"] == "none"
+    # A call that changed something keeps no receipt (the converged run's is removed); the
+    # next call, changing nothing, writes one.
+    assert monitor.result["receipt"] == "removed"
     assert booted_lab.run(spec, MONITOR_FILES).stdout == before
     active = booted_lab.run(
         spec, "systemctl is-active lingbot-fleet-monitor.timer nvidia-persistenced"
