@@ -108,10 +108,12 @@ molecule: setup native
 
 test: lint unit lab-test molecule
 
-# make bench: the lab's boot time, then every entry point against the SSH floor, side by
-# side in one run (bench/fleet_speed.py prints the ratios, the targets and the per-task
-# profile of a no-op site.yml run).
+# make bench: the planner at 16, 32 and 64 GPUs against 8 (bench/plan_speed.py), the lab's
+# boot time, then every entry point against the SSH floor, side by side in one run
+# (bench/fleet_speed.py prints the ratios, the targets and the per-task profile of a no-op
+# site.yml run).
 bench: setup native
+	$(BIN)/python bench/plan_speed.py
 	$(BIN)/python bench/lab_boot.py --sizes 4,16
 	$(BIN)/lingbot-fleet lab up --profiles $(DEMO_PROFILES)
 	$(BIN)/ansible-playbook -i inventory/lab/hosts.yml site.yml >/dev/null

@@ -86,6 +86,8 @@ def checksums(root: Path) -> dict[str, str]:
             listing[name] = f"link {os.readlink(path)}"
         elif path.is_dir():
             listing[name] = f"dir {info.st_mode & 0o7777:o}"
+        elif not path.is_file():  # a FIFO or a device: listed, never read
+            listing[name] = f"special {info.st_mode:o}"
         else:
             digest = hashlib.sha256(path.read_bytes()).hexdigest()
             listing[name] = f"file {info.st_mode & 0o7777:o} {digest}"

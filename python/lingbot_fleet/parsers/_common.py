@@ -107,16 +107,37 @@ def expand_cpu_list(text: str, max_cpu_id: int = MAX_CPU_ID) -> list[int]:
     return sorted(cpus)
 
 
-def int_or_none(text: str | None) -> int | None:
-    """An int from decimal text, None for N/A, empty or anything not a bounded number."""
+def _looks_numeric(text: str) -> bool:
+    """Whether ``text`` was meant as a figure: it starts with a digit of any script, or with
+    a sign or point before one. Words such as ``N/A`` or ``[Not Supported]`` were not."""
+    head = text.lstrip("+-.")
+    return bool(head) and head[0].isdigit()
+
+
+def int_or_none(text: str | None, what: str = "a number") -> int | None:
+    """An int from decimal text; None for an absent value or a word such as ``N/A``.
+
+    A value meant as a figure that is not one (``5.5``, ``1.2.3``, ``²``, 5000 digits) is a
+    ParseError naming ``what``, never a None that reads as "not reported".
+    """
     if text is None:
         return None
     stripped = text.strip()
     if _INT_RE.fullmatch(stripped):
         return int(stripped)
-    if _LONG_INT_RE.fullmatch(stripped):
-        parse_int(stripped, "a number")  # raises: too many digits to be a figure
+    if _looks_numeric(stripped):
+        parse_int(stripped, what)  # raises, naming the field and the value
     return None
+
+
+def count_or_none(text: str | None, what: str) -> int | None:
+    """int_or_none for a count or a link figure, which is never negative."""
+    value = int_or_none(text, what)
+    if value is not None and value < 0:
+        raise ParseError(
+            f"{what} is {value}, a negative count; paste the command's output unchanged"
+        )
+    return value
 
 
 def whole(result: dict) -> dict:

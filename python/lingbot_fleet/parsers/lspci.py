@@ -9,7 +9,16 @@ from __future__ import annotations
 
 import re
 
-from ._common import ParseError, int_or_none, parse_decimal, parse_int, partial, require_text, whole
+from ._common import (
+    ParseError,
+    count_or_none,
+    int_or_none,
+    parse_decimal,
+    parse_int,
+    partial,
+    require_text,
+    whole,
+)
 
 KIND = "lspci"
 EXPECTED = (
@@ -133,9 +142,9 @@ def _device(device: dict, body: list[str]) -> dict:
         elif key == "ACSCtl" and device["acs_ctl"] is None:
             device["acs_ctl"] = _acs(value)
         elif key == "NUMA node":
-            device["numa_node"] = int_or_none(value)
+            device["numa_node"] = int_or_none(value, "lspci: NUMA node")
         elif key == "IOMMU group":
-            device["iommu_group"] = int_or_none(value)
+            device["iommu_group"] = count_or_none(value, "lspci: IOMMU group")
         elif key == "Kernel driver in use":
             device["kernel_driver"] = value.strip()
     return device

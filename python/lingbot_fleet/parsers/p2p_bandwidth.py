@@ -25,7 +25,6 @@ _PEER_RE = re.compile(
 # pattern repeats a group, so a long or hostile line costs one pass.
 _MATRIX_LABELS = ("D\\D", "GPU", "CPU")
 _COLUMN_RE = re.compile(r"[0-9]{1,5}")
-_CELL_RE = re.compile(r"-?[0-9.]{1,40}")
 
 
 def _matrix_header(line: str) -> tuple[str, list[int]] | None:
@@ -39,13 +38,24 @@ def _matrix_header(line: str) -> tuple[str, list[int]] | None:
 
 
 def _matrix_row(line: str) -> tuple[int, list[str]] | None:
-    """(row index, cell texts) of a matrix row such as ``0  1.00  2.5``, or None."""
+    """(row index, cell texts) of a line that starts with a row number, such as
+    ``0  1.00  2.5``, or None. The cells are checked by the caller, so a figure that is not
+    one is named, not taken for the end of the matrix."""
     tokens = line.split()
     if len(tokens) < 2 or not _COLUMN_RE.fullmatch(tokens[0]):
         return None
-    if not all(_CELL_RE.fullmatch(token) for token in tokens[1:]):
-        return None
     return int(tokens[0]), tokens[1:]
+
+
+def _figure(cell: str, what: str) -> float:
+    """A measured figure: a decimal of bounded length, never negative."""
+    value = parse_decimal(cell, what)
+    if value < 0:
+        raise ParseError(
+            f"{what} is {cell!r}, a negative figure, which no bandwidth or latency is; paste the"
+            " command's output unchanged"
+        )
+    return value
 
 
 # Section titles as the sample prints them. Titles without a mode come from older
@@ -107,9 +117,7 @@ def _read_matrix(lines: list[str], start: int, key: str) -> tuple[list[list[floa
         if not row:
             break
         row_index, cell_texts = row
-        cells = [
-            parse_decimal(cell, f"{KIND}: {key}: line {index + 1}: value") for cell in cell_texts
-        ]
+        cells = [_figure(cell, f"{KIND}: {key}: line {index + 1}: value") for cell in cell_texts]
         if row_index != columns[len(rows)] or len(cells) != len(columns):
             raise ParseError(
                 f"{KIND}: {key}: line {index + 1} ({lines[index].strip()!r}) does not hold "

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from ._common import ParseError, int_or_none, partial, require_text, whole
+from ._common import ParseError, count_or_none, int_or_none, partial, require_text, whole
 
 KIND = "smi-q"
 EXPECTED = "the output of `nvidia-smi -q` or a part of it"
@@ -86,14 +86,23 @@ def _enabled(node: Node, *path: str) -> bool | None:
     return {"enabled": True, "disabled": False}.get(raw.lower()) if raw else None
 
 
+def _field(path: tuple[str, ...]) -> str:
+    """The field's name as nvidia-smi -q prints its path, for messages."""
+    return f"smi-q: {' > '.join(path)}"
+
+
+def _count(node: Node, *path: str) -> int | None:
+    return count_or_none(_value(node, *path), _field(path))
+
+
 def _width(node: Node, *path: str) -> int | None:
     raw = _value(node, *path)
-    return int_or_none(raw[:-1]) if raw and raw.endswith("x") else int_or_none(raw)
+    return count_or_none(raw.removesuffix("x") if raw else raw, _field(path))
 
 
 def _mib(node: Node, *path: str) -> int | None:
     raw = _value(node, *path)
-    return int_or_none(raw.removesuffix("MiB")) if raw else None
+    return count_or_none(raw.removesuffix("MiB") if raw else raw, _field(path))
 
 
 def normalize_bus_id(bus_id: str) -> str:
@@ -104,7 +113,7 @@ def normalize_bus_id(bus_id: str) -> str:
 
 def _numa_node(gpu: Node) -> int | None:
     for key in ("numa node", "gpu numa id", "numa id"):
-        value = int_or_none(_value(gpu, key))
+        value = int_or_none(_value(gpu, key), _field((key,)))
         if value is not None:
             return value
     return None
@@ -121,18 +130,18 @@ def _gpu(bus_id: str | None, gpu: Node) -> dict:
         "uuid": _value(gpu, "gpu uuid"),
         "persistence_mode": _enabled(gpu, "persistence mode"),
         "mig_mode_current": _value(gpu, "mig mode", "current"),
-        "pcie_gen_current": int_or_none(_value(gpu, *generation, "current")),
-        "pcie_gen_max": int_or_none(_value(gpu, *generation, "max")),
-        "pcie_gen_device_current": int_or_none(_value(gpu, *generation, "device current")),
-        "pcie_gen_device_max": int_or_none(_value(gpu, *generation, "device max")),
-        "pcie_gen_host_max": int_or_none(_value(gpu, *generation, "host max")),
+        "pcie_gen_current": _count(gpu, *generation, "current"),
+        "pcie_gen_max": _count(gpu, *generation, "max"),
+        "pcie_gen_device_current": _count(gpu, *generation, "device current"),
+        "pcie_gen_device_max": _count(gpu, *generation, "device max"),
+        "pcie_gen_host_max": _count(gpu, *generation, "host max"),
         "pcie_width_current": _width(gpu, *width, "current"),
         "pcie_width_max": _width(gpu, *width, "max"),
         "performance_state": _value(gpu, "performance state"),
         "memory_total_mib": _mib(gpu, "fb memory usage", "total"),
         "numa_node": _numa_node(gpu),
-        "pcie_replays": int_or_none(_value(gpu, "pci", "replays since reset")),
-        "pcie_replay_rollovers": int_or_none(_value(gpu, "pci", "replay number rollovers")),
+        "pcie_replays": _count(gpu, "pci", "replays since reset"),
+        "pcie_replay_rollovers": _count(gpu, "pci", "replay number rollovers"),
     }
 
 
@@ -189,7 +198,7 @@ def parse_smi_q(text: str) -> dict:
     if "attached gpus" not in tree and not any("nvsmi log" in line.lower() for line in lines):
         return _fragment(lines)
     gpus = _gpus(tree)
-    attached = int_or_none(_get(tree, "attached gpus"))
+    attached = count_or_none(_get(tree, "attached gpus"), "smi-q: Attached GPUs")
     if attached is None:
         raise ParseError(f"{KIND}: 'Attached GPUs' is missing or not a number; expected {EXPECTED}")
     result = {

@@ -78,9 +78,20 @@ def _parse_row(
     return labels, extra
 
 
-def _numa_node(raw: str) -> int | None:
-    """NUMA Affinity is one node, N/A, or a range when the GPU spans nodes (then None)."""
-    return int(raw) if re.fullmatch(r"[0-9]{1,5}", raw) else None
+_NUMA_SPAN_RE = re.compile(r"[0-9]{1,5}(?:[-,][0-9]{1,5}){1,64}")
+
+
+def _numa_node(raw: str, where: str) -> int | None:
+    """NUMA Affinity is one node, N/A, or a span when the GPU spans nodes (then None); a
+    value meant as a number that is not one (``²``, ``1.5``) is a ParseError."""
+    if re.fullmatch(r"[0-9]{1,5}", raw):
+        return int(raw)
+    if _NUMA_SPAN_RE.fullmatch(raw) or not raw[:1].isdigit():
+        return None
+    raise ParseError(
+        f"{where}: NUMA Affinity is {raw[:40]!r}, not a node number, a span of nodes or N/A;"
+        " paste the output of `nvidia-smi topo -m` unchanged"
+    )
 
 
 def _nic_legend(lines: list[str]) -> dict[str, str]:
@@ -137,7 +148,7 @@ def parse_topo(text: str) -> dict:
             {
                 "name": name,
                 "cpu_affinity": cpu_affinity,
-                "numa_node": _numa_node(values.get("NUMA Affinity", "N/A")),
+                "numa_node": _numa_node(values.get("NUMA Affinity", "N/A"), f"{KIND}: row {name}"),
             }
         )
         by_column = dict(zip(devices, labels, strict=True))

@@ -266,7 +266,7 @@ def _weakest(members: Sequence[int], verdicts: dict[tuple[int, int], PairVerdict
 
 # Up to this many candidates the group is found by trying every combination (the original
 # method, simple to read); beyond it by the bounded search below, which gives the same
-# group (tests/plan/test_plan_properties.py checks both on small inputs).
+# group (tests/plan/test_group_search.py checks both on random inputs of up to 10 GPUs).
 EXACT_SEARCH_MAX_GPUS = 12
 # Steps one clique search may take before it gives up on that size or threshold; keeps a
 # 64-GPU node (or a hostile facts document) to well under a second per group.

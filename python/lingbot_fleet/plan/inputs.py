@@ -129,16 +129,25 @@ def _entries(document: Mapping[str, Any], key: str, where: str, fix: str) -> lis
     return value
 
 
+def _is_figure(item: Any) -> bool:
+    """A measured figure: null, or a finite number that is not negative (never a bool or
+    text, which a hand-edited or foreign document may hold)."""
+    if item is None:
+        return True
+    if isinstance(item, bool) or not isinstance(item, int | float):
+        return False
+    return math.isfinite(item) and item >= 0
+
+
 def _check_finite(value: Any, where: str, fix: str) -> None:
-    """Every measured figure (``*_gbytes_per_s``, ``*_ns``) is a finite number or null."""
+    """Every measured figure (``*_gbytes_per_s``, ``*_ns``) is a finite number >= 0 or null."""
     if isinstance(value, Mapping):
         for key, item in value.items():
             name = f"{where}.{key}"
             if (
                 isinstance(key, str)
                 and key.endswith(("gbytes_per_s", "_ns"))
-                and isinstance(item, float)
-                and not math.isfinite(item)
+                and not _is_figure(item)
             ):
                 raise PlanInputError(f"{name} is {item!r}, not a measured figure; {fix}")
             _check_finite(item, name, fix)
