@@ -30,8 +30,8 @@ from typing import Any
 
 import yaml
 
-from lingbot_fleet.playbook_run import run_playbook, task_profile
-from lingbot_fleet.state_dirs import GENERATIONS_DIR
+from lingbot_fleet.controller.playbook_run import run_playbook, task_profile
+from lingbot_fleet.node.state_dirs import GENERATIONS_DIR
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -19,7 +19,7 @@ The collection is generated from the repository, never kept twice in git:
 - ``plugins/module_utils/lingbot_fleet``: the files of the package the modules import
   (their import closure, standard library only: it runs on the nodes);
 - ``plugins/plugin_utils/lingbot_fleet``: the files the controller-side plugins import,
-  and the path monitor's program (``lingbot_fleet.nodeapp`` builds it from there);
+  and the path monitor's program (``lingbot_fleet.controller.nodeapp`` builds it from there);
 - ``playbooks/``: the repository's playbooks and its ``site.yml``;
 - ``collection/`` (meta/, tests/, README.md, requirements.txt, bindep.txt), and
   ``collection/galaxy.source.yml`` as galaxy.yml, with the package's version written in.
@@ -51,7 +51,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "python"))
 
 from lingbot_fleet import __version__  # noqa: E402
-from lingbot_fleet.nodeapp import (  # noqa: E402
+from lingbot_fleet.controller.nodeapp import (  # noqa: E402
     MONITOR_PACKAGE,
     PACKAGE,
     Closure,
@@ -77,7 +77,7 @@ PLUGIN_SOURCES = {
 }
 ROLE_PLUGIN_DIRS = {"action_plugins": "action"}
 ROLE_DIRS_LEFT_OUT = ("library", *ROLE_PLUGIN_DIRS)
-# Programs the controller-side plugins build from plugin_utils (lingbot_fleet.nodeapp).
+# Programs the controller-side plugins build from plugin_utils (lingbot_fleet.controller.nodeapp).
 CONTROLLER_PROGRAMS = (f"{MONITOR_PACKAGE}.__main__",)
 IGNORED_NAMES = shutil.ignore_patterns("__pycache__", "*.pyc")
 # What collection/ holds for the build itself, not for the collection.

@@ -6,7 +6,7 @@ from the sdist all build the wheel through ``build_wheel`` here: it stages the p
 the collection built from this tree (collection/build.py, ``stage_package``) and lets
 setuptools build the wheel from the staging directory, so the installed ``lingbot-fleet``
 runs the playbooks of the collection it carries. An editable install (``pip install -e .``)
-is setuptools' own: it runs the checkout's playbooks (lingbot_fleet.collection).
+is setuptools' own: it runs the checkout's playbooks (lingbot_fleet.controller.collection).
 """
 
 from __future__ import annotations

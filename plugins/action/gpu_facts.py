@@ -21,10 +21,10 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-from lingbot_fleet import receipts
-from lingbot_fleet.ansible_data import plain_data as plain
-from lingbot_fleet.bootfiles import BOOT_ID_FACT
-from lingbot_fleet.receipt_action import execute
+from lingbot_fleet.boot.bootfiles import BOOT_ID_FACT
+from lingbot_fleet.controller.ansible_data import plain_data as plain
+from lingbot_fleet.controller.receipt_action import execute
+from lingbot_fleet.node import receipts
 
 MODULE = "gpu_facts"
 GATHERED_FACT = "lingbot_gpu_gathered"

@@ -2,10 +2,10 @@
 
 The facts (``ansible_facts.lingbot_gpu``), the probe (``ansible_facts.lingbot_probe``) and
 any load sample are already on the controller, so the judgement needs no connection to
-the node: it runs ``lingbot_fleet.linkcheck.judge_links``, the function the module of the
+the node: it runs ``lingbot_fleet.gpu.linkcheck.judge_links``, the function the module of the
 same name runs on a node. With ``sample`` and no ``load``, a load sample is taken first
 (the module gpu_link_load, on the node) only when the probe's readings do not stand in
-for one (``lingbot_fleet.linkcheck.sample_decision``), so a fresh probe costs no
+for one (``lingbot_fleet.gpu.linkcheck.sample_decision``), so a fresh probe costs no
 connection. The findings are also set as the fact ``lingbot_link_findings`` so the
 planner (role lingbot_service) decides with them, as the audit does, and returned as one
 warning. With ``defer_failure`` the failure is returned (``failure``) instead of failing
@@ -18,8 +18,8 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
-from lingbot_fleet.ansible_data import plain_data as plain
-from lingbot_fleet.linkcheck import JUDGE_ARGUMENT_SPEC, judge_options, sample_decision
+from lingbot_fleet.controller.ansible_data import plain_data as plain
+from lingbot_fleet.gpu.linkcheck import JUDGE_ARGUMENT_SPEC, judge_options, sample_decision
 
 ARGUMENT_SPEC = JUDGE_ARGUMENT_SPEC
 

@@ -4,7 +4,7 @@ The probe (``ansible_facts.lingbot_probe``) reads every GPU's link under sustain
 Its readings stand in for a load sample when the probe is younger than
 ``probe_max_age_s`` and every GPU the driver answers for has a reading that counts (at
 least ``min_load_s`` of sustained copies, P0 before and after:
-``lingbot_fleet.linkcheck.probe_readings_problem``); then nothing runs on the node.
+``lingbot_fleet.gpu.linkcheck.probe_readings_problem``); then nothing runs on the node.
 Otherwise the module of the same name loads the GPUs and reads them. Decided on the
 controller, so a fresh probe costs no connection.
 """
@@ -15,8 +15,8 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
-from lingbot_fleet.ansible_data import plain_data as plain
-from lingbot_fleet.linkcheck import MIN_LOAD_S, probe_readings_problem
+from lingbot_fleet.controller.ansible_data import plain_data as plain
+from lingbot_fleet.gpu.linkcheck import MIN_LOAD_S, probe_readings_problem
 
 # What the plugin decides with (the module takes the same options and decides alike).
 ARGUMENT_SPEC = {

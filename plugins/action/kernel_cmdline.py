@@ -1,6 +1,6 @@
 """Action plugin kernel_cmdline: answer from the node's receipt when the boot did not move.
 
-A call of the module that changed nothing leaves a receipt (``lingbot_fleet.receipts``): its
+A call of the module that changed nothing leaves a receipt (``lingbot_fleet.node.receipts``): its
 result, what it wrote or read through NodeChanges, and the ``boot_state`` reading (every
 boot file, /proc/cmdline, the boot id). gpu_facts, read first in the run, returns the
 receipt with that evidence now (``ansible_facts.lingbot_receipts``). When the digest of this
@@ -17,10 +17,10 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-from lingbot_fleet import kernel_options
-from lingbot_fleet.ansible_data import controller_options
-from lingbot_fleet.receipt_action import answer, execute, refuse_internal
-from lingbot_fleet.values import ValueRefusedError
+from lingbot_fleet.boot import kernel_options
+from lingbot_fleet.controller.ansible_data import controller_options
+from lingbot_fleet.controller.receipt_action import answer, execute, refuse_internal
+from lingbot_fleet.node.values import ValueRefusedError
 
 MODULE = "kernel_cmdline"
 

@@ -19,10 +19,10 @@ from ansible.plugins.action import ActionBase
 
 from lingbot_fleet.audit.evaluate import AuditPolicy, evaluate_node
 from lingbot_fleet.audit.node_document import complete_node
-from lingbot_fleet.cmdline import PolicyError
+from lingbot_fleet.boot.cmdline import PolicyError
+from lingbot_fleet.controller.policy import check_policy, load_role_specs
+from lingbot_fleet.controller.role_dirs import RolesNotFoundError, roles_dir
 from lingbot_fleet.plan import PlanInputError
-from lingbot_fleet.policy import check_policy, load_role_specs
-from lingbot_fleet.role_dirs import RolesNotFoundError, roles_dir
 
 # Read once per host: libyaml's loader, when PyYAML has it, is ten times faster.
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from ansible.plugins.action import ActionBase
 
-from lingbot_fleet.policy import check_policy, load_role_specs, play_wide_problems
-from lingbot_fleet.role_dirs import RolesNotFoundError, roles_dir
+from lingbot_fleet.controller.policy import check_policy, load_role_specs, play_wide_problems
+from lingbot_fleet.controller.role_dirs import RolesNotFoundError, roles_dir
 
 # A role of the toolkit: the directory it is in holds every role whose specs are checked.
 ANCHOR_ROLE = "generations"

@@ -1,7 +1,7 @@
 """Action plugin lingbot_service: gather the planner's inputs here, plan and converge there.
 
 Without ``plan`` or ``plan_inputs`` in the task, gathers on the controller what the planner
-needs from the host's variables (``lingbot_fleet.plan_gather``: the GPU facts, the probe,
+needs from the host's variables (``lingbot_fleet.controller.plan_gather``: the GPU facts, the probe,
 the link findings, the typed ``lingbot_service_*`` policy) and runs the lingbot_service
 module once with them as ``plan_inputs``. The module reads the plan in force and the
 model's layer count on the node, builds the plan (``build_plan``, as the audit does),
@@ -11,7 +11,7 @@ unchanged.
 
 A converged node costs no call: a call of the module that changed nothing leaves a receipt
 of its result and of what it read, wrote, listed and ran systemctl on
-(``lingbot_fleet.receipts``), gpu_facts returns it with that evidence now, and when nothing
+(``lingbot_fleet.node.receipts``), gpu_facts returns it with that evidence now, and when nothing
 moved and the plan made here from the same inputs (with the plan in force and the model's
 layers the receipt holds) is the plan in force, this plugin answers with the module's
 recorded result (``service_options.receipt_answer``). Otherwise the module runs, with the
@@ -24,16 +24,16 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-from lingbot_fleet import service_options
-from lingbot_fleet.ansible_data import controller_options
-from lingbot_fleet.plan_gather import PlanGatherError, gather_plan_inputs
-from lingbot_fleet.receipt_action import (
+from lingbot_fleet.controller.ansible_data import controller_options
+from lingbot_fleet.controller.plan_gather import PlanGatherError, gather_plan_inputs
+from lingbot_fleet.controller.receipt_action import (
     digest_options,
     execute,
     refuse_internal,
     standing_receipt,
 )
-from lingbot_fleet.role_dirs import RolesNotFoundError, roles_dir
+from lingbot_fleet.controller.role_dirs import RolesNotFoundError, roles_dir
+from lingbot_fleet.lingbot import service_options
 
 MODULE = "lingbot_service"
 

@@ -3,10 +3,10 @@
 gpu_facts, which runs first on the node (a dependency of the role), also runs this
 module's own checks in check mode when the play has the role (``persistence_unit``) and
 returns what the module would do as ``ansible_facts.lingbot_persistence_state``
-(``lingbot_fleet.persistence.assess``). When that says nothing, for the task's options,
+(``lingbot_fleet.gpu.persistence.assess``). When that says nothing, for the task's options,
 and the facts read in the same call show persistence mode on for every GPU, the task
 returns what the module returns then, without a connection
-(``lingbot_fleet.persistence.controller_answer``). Otherwise the module runs; its result
+(``lingbot_fleet.gpu.persistence.controller_answer``). Otherwise the module runs; its result
 replaces the reading, so a later task of the play does not answer from it.
 """
 
@@ -18,9 +18,9 @@ from typing import Any
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import merge_hash
 
-from lingbot_fleet.ansible_data import controller_options
-from lingbot_fleet.ansible_data import plain_data as plain
-from lingbot_fleet.persistence import (
+from lingbot_fleet.controller.ansible_data import controller_options
+from lingbot_fleet.controller.ansible_data import plain_data as plain
+from lingbot_fleet.gpu.persistence import (
     ARGUMENT_SPEC,
     DECISION_OPTIONS,
     STATE_FACT_NAME,

@@ -2,12 +2,12 @@
 
 gpu_facts, which runs first on the node, returns the node's saved probe (validated, as
 ``ansible_facts.lingbot_saved_probe``). When the task's options let the saved probe stand
-for the node (``lingbot_fleet.probe.controller_reuse``: the module's own reuse rules, on
+for the node (``lingbot_fleet.gpu.probe.controller_reuse``: the module's own reuse rules, on
 the same facts, save directory and figure parameters), the task returns what the module
 returns then, without a connection. Otherwise, or when anything only the node can tell
 matters, the module runs as it would without this plugin; a result it saves becomes the
 new ``lingbot_saved_probe``, so a later probe task of the play decides on it. What the
-probe could not measure is returned as warnings (``lingbot_fleet.probe.probe_problems``).
+probe could not measure is returned as warnings (``lingbot_fleet.gpu.probe.probe_problems``).
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import merge_hash
 
-from lingbot_fleet.ansible_data import expanded_on_node
-from lingbot_fleet.ansible_data import plain_data as plain
-from lingbot_fleet.probe import (
+from lingbot_fleet.controller.ansible_data import expanded_on_node
+from lingbot_fleet.controller.ansible_data import plain_data as plain
+from lingbot_fleet.gpu.probe import (
     PROBE_ARGUMENT_SPEC,
     controller_reuse,
     probe_problems,
     reused_result,
 )
-from lingbot_fleet.probe_saved import LATEST_NAME, SAVED_PROBE_FACT_NAME
+from lingbot_fleet.gpu.probe_saved import LATEST_NAME, SAVED_PROBE_FACT_NAME
 
 # Options whose paths the node expands: decided there when they name ~ or a variable.
 NODE_PATHS = ("save_dir", "parameters_from")

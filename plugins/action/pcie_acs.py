@@ -1,7 +1,7 @@
 """Action plugin pcie_acs: answer from the node's receipt when nothing moved.
 
 A call of the module that changed nothing leaves a receipt of its result and of what it
-read, wrote and ran systemctl on (``lingbot_fleet.receipts``); gpu_facts, the first call of
+read, wrote and ran systemctl on (``lingbot_fleet.node.receipts``); gpu_facts, the first call of
 the run, returns it with that evidence now (``ansible_facts.lingbot_receipts``). When the
 digest of this task's options (the GPU facts as the ACS view the module decides from,
 ``acs.DIGEST_VIEWS``) and of the toolkit's code is the receipt's and nothing moved, the
@@ -15,10 +15,10 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-from lingbot_fleet import acs
-from lingbot_fleet.ansible_data import controller_options
-from lingbot_fleet.receipt_action import answer, execute, refuse_internal
-from lingbot_fleet.values import ValueRefusedError, command
+from lingbot_fleet.controller.ansible_data import controller_options
+from lingbot_fleet.controller.receipt_action import answer, execute, refuse_internal
+from lingbot_fleet.gpu import acs
+from lingbot_fleet.node.values import ValueRefusedError, command
 
 MODULE = "pcie_acs"
 

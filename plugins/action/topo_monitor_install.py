@@ -1,7 +1,7 @@
 """Action plugin topo_monitor_install: build the monitor's zipapp here, install it there.
 
 Builds ``python -m lingbot_fleet.monitor`` as one zipapp from the installed lingbot_fleet
-package (lingbot_fleet.nodeapp), cached by content in this run's local temp directory so
+package (lingbot_fleet.controller.nodeapp), cached by content in this run's local temp directory so
 a play builds it once for all its hosts, and runs the topo_monitor_install module with
 the archive's sha256. A node that already has that archive costs one module call and no
 transfer. Otherwise the module writes nothing and answers ``app_upload_required``; the
@@ -10,7 +10,7 @@ archive is then copied into the remote temp directory and the module runs again 
 
 A node whose receipt stands costs no call at all: a call of the module that changed nothing
 leaves a receipt of its result and of what it read, wrote and ran systemctl on
-(``lingbot_fleet.receipts``), gpu_facts returns it with that evidence now
+(``lingbot_fleet.node.receipts``), gpu_facts returns it with that evidence now
 (``ansible_facts.lingbot_receipts``), and when the digest of this task's options (with the
 archive's sha256) and of the toolkit's code is the receipt's and nothing moved, the plugin
 answers with the module's own recorded result (``receipt_action.answer``).
@@ -26,10 +26,10 @@ from ansible import constants
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from lingbot_fleet import nodeapp
-from lingbot_fleet.ansible_data import controller_options
+from lingbot_fleet.controller import nodeapp
+from lingbot_fleet.controller.ansible_data import controller_options
+from lingbot_fleet.controller.receipt_action import answer, refuse_internal
 from lingbot_fleet.monitor.install_options import INSTALL_ARGUMENT_SPEC, RECEIPT_ROLE
-from lingbot_fleet.receipt_action import answer, refuse_internal
 
 MODULE = "topo_monitor_install"
 REMOTE_NAME = "lingbot-fleet-monitor.pyz"

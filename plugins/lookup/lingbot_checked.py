@@ -1,4 +1,4 @@
-"""Lookup plugin: a value checked by its validator in lingbot_fleet.values, or an error."""
+"""Lookup plugin: a value checked by its validator in lingbot_fleet.node.values, or an error."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ name: lingbot_checked
 short_description: A value checked as the policy play checks it, where a play or task uses it
 description:
   - Returns the value in its checked form, or fails the play or task with the message the
-    policy play gives for it (C(lingbot_fleet.values)). For values that no module sees
+    policy play gives for it (C(lingbot_fleet.node.values)). For values that no module sees
     before they act - a play's C(serial), an argument of a command task - so that the
     check holds under C(--skip-tags always), C(--start-at-task) and from other playbooks.
 options:
@@ -40,7 +40,7 @@ _raw:
 from ansible.errors import AnsibleError
 from ansible.plugins.lookup import LookupBase
 
-from lingbot_fleet import values
+from lingbot_fleet.node import values
 from lingbot_fleet.rollout.batches import BatchSpecError, parse_batch_spec
 
 CHECKS = {

@@ -35,7 +35,7 @@ import os
 
 from ansible.plugins.lookup import LookupBase
 
-from lingbot_fleet.runs import live_runs, register, run_identity
+from lingbot_fleet.node.runs import live_runs, register, run_identity
 
 
 class LookupModule(LookupBase):

@@ -63,7 +63,7 @@ def _cmd_parse(args: argparse.Namespace) -> int:
 
 
 def _cmd_playbooks(args: argparse.Namespace) -> int:
-    from .collection import CollectionNotFoundError, find_content  # noqa: PLC0415
+    from .controller.collection import CollectionNotFoundError, find_content  # noqa: PLC0415
 
     try:
         content = find_content()
@@ -114,8 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     playbooks.set_defaults(func=_cmd_playbooks)
 
     from .audit.cli import add_audit_parser  # noqa: PLC0415
-    from .generations_cli import add_generations_parser  # noqa: PLC0415
-    from .plan.cli import add_plan_parser  # noqa: PLC0415
+    from .controller.generations_cli import add_generations_parser  # noqa: PLC0415
+    from .controller.plan_cli import add_plan_parser  # noqa: PLC0415
 
     add_plan_parser(commands)
     add_generations_parser(commands)

@@ -16,8 +16,8 @@ import yaml
 from facts_support import boot_lab_node
 from malformed_support import role_module, run_module
 
-from lingbot_fleet import acs
 from lingbot_fleet.facts import gather_facts
+from lingbot_fleet.gpu import acs
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = REPO / "lab" / "profiles" / "a6000-iommu-acs.yml"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from unit_exposure_support import MAX_EXPOSURE, exposure, needs_analyze
 
-from lingbot_fleet import acs, persistence
+from lingbot_fleet.gpu import acs, persistence
 from lingbot_fleet.monitor.units import MonitorUnits, unit_files
 
 REPO = Path(__file__).resolve().parents[2]

@@ -26,8 +26,9 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 from malformed_support import role_module
 
-from lingbot_fleet import acs, generations, receipts, rollback
-from lingbot_fleet.receipt_action import digest_options
+from lingbot_fleet.controller.receipt_action import digest_options
+from lingbot_fleet.gpu import acs
+from lingbot_fleet.node import generations, receipts, rollback
 
 
 def tree(root: Path) -> dict[str, bytes]:

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from lingbot_fleet import generations
-from lingbot_fleet.audit.node import kernel_files, read_node
 from lingbot_fleet.audit.node_document import complete_node, kernel_section
-from lingbot_fleet.bootfiles import BootFileError, read_boot_files
-from lingbot_fleet.generation_snapshot import SnapshotReader, read_generations
+from lingbot_fleet.boot.bootfiles import BootFileError, read_boot_files
+from lingbot_fleet.facts.audit_reading import kernel_files, read_node
+from lingbot_fleet.node import generations
+from lingbot_fleet.node.generation_snapshot import SnapshotReader, read_generations
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "tests" / "unit" / "grub_samples"
@@ -239,7 +239,7 @@ def test_generations_checked_from_the_node_reading_equal_the_node_checking_them(
 def test_the_node_module_imports_no_parser_and_no_generations_code() -> None:
     """What the audit's node module loads on every node: the facts and the readers only."""
     probe = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import lingbot_fleet.audit.node; "
+        "import sys; sys.path.insert(0, sys.argv[1]); import lingbot_fleet.facts.audit_reading; "
         "import json; print(json.dumps(sorted(m for m in sys.modules if 'lingbot' in m)))"
     )
     done = subprocess.run(
@@ -253,9 +253,9 @@ def test_the_node_module_imports_no_parser_and_no_generations_code() -> None:
     assert "lingbot_fleet.facts" in loaded
     assert loaded.isdisjoint(
         {
-            "lingbot_fleet.grub",
-            "lingbot_fleet.cmdline",
-            "lingbot_fleet.generations",
-            "lingbot_fleet.lingbot_layout",
+            "lingbot_fleet.boot.grub",
+            "lingbot_fleet.boot.cmdline",
+            "lingbot_fleet.node.generations",
+            "lingbot_fleet.lingbot.layout",
         }
     ), loaded

@@ -52,8 +52,8 @@ def test_modules_import_the_collections_module_utils(built_collection: Built) ->
     assert "ansible.module_utils.lingbot_fleet" not in source
     node_side = built_collection.installed / "plugins" / "module_utils" / "lingbot_fleet"
     # Only what the modules import runs on the nodes: no controller code.
-    assert (node_side / "grub.py").is_file()
-    assert not (node_side / "policy.py").exists()
+    assert (node_side / "boot" / "grub.py").is_file()
+    assert not (node_side / "controller").exists()
     assert not (node_side / "audit" / "evaluate.py").exists()
 
 

@@ -11,13 +11,13 @@ import pytest
 from facts_support import SMI_COMMAND, a6000_pair, boot_lab_node, load_profile
 
 from lingbot_fleet.facts import gather_facts
-from lingbot_fleet.findings import Finding, at_or_above
-from lingbot_fleet.linkcheck import (
+from lingbot_fleet.gpu.linkcheck import (
     LinkExpectation,
     LinkPolicy,
     check_links,
     host_copy_floor_gbytes_per_s,
 )
+from lingbot_fleet.node.findings import Finding, at_or_above
 
 POLICY = LinkPolicy()
 

@@ -23,10 +23,10 @@ from facts_support import (
     nvml_library,
 )
 
-from lingbot_fleet.cuda import CudaDriver, CudaError, host_to_device_load
 from lingbot_fleet.facts import gather_facts
 from lingbot_fleet.facts.load import LinkReading, link_under_load
-from lingbot_fleet.linkcheck import LinkPolicy, check_links
+from lingbot_fleet.gpu.cuda import CudaDriver, CudaError, host_to_device_load
+from lingbot_fleet.gpu.linkcheck import LinkPolicy, check_links
 
 ANSIBLE = REPO_ROOT / ".venv" / "bin" / "ansible"
 # A node's Python: the system interpreter, which has neither lingbot_fleet nor pynvml, so
@@ -145,7 +145,7 @@ def test_a_reading_needs_p0_at_both_ends() -> None:
         "model": "NVIDIA RTX A6000",
         "pcie": {"max_gen": 4, "max_gen_gpu": 4, "current_gen": 1},
     }
-    from lingbot_fleet.linkcheck import generation_findings
+    from lingbot_fleet.gpu.linkcheck import generation_findings
 
     sample = {"possible": True, "reading": reading.result}
     findings = generation_findings(facts_gpu, LinkPolicy(min_load_s=0.01), sample)
@@ -356,7 +356,7 @@ def test_the_judge_uses_a_probe_reading_only_while_fresh(idle_gen1_node: LabNode
     facts = gather_facts(
         idle_gen1_node.root, use_nvml=False, smi_command=[sys.executable, str(LAB_SMI)]
     )
-    from lingbot_fleet.linkcheck import judge_links
+    from lingbot_fleet.gpu.linkcheck import judge_links
 
     now_s = time.time()
     taken = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now_s - 7200))

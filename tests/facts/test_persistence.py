@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from facts_support import LAB_SMI, REPO_ROOT, a6000_pair, boot_lab_node, nvml_library
 
-from lingbot_fleet import persistence
-from lingbot_fleet.persistence import GpuRead, PersistenceError, UnitState
+from lingbot_fleet.gpu import persistence
+from lingbot_fleet.gpu.persistence import GpuRead, PersistenceError, UnitState
 
 LAB_UNIT = REPO_ROOT / "lab" / "node" / "systemd" / "nvidia-persistenced.service"
 FRAGMENT = "/lib/systemd/system/nvidia-persistenced.service"
@@ -484,7 +484,7 @@ def test_nvidia_uvm_is_loaded_at_every_boot(fake_node: FakeNode) -> None:
 
 def assessment_of(fake_node: FakeNode, **options: Any) -> dict[str, Any]:
     """What gpu_facts reports for the fake node: the module's own steps in check mode."""
-    from lingbot_fleet.nodefiles import NodeChanges
+    from lingbot_fleet.node.nodefiles import NodeChanges
 
     env = {**os.environ, "FAKE_SYSTEMCTL_STATE": str(fake_node.state_path)}
     shown = subprocess.run(

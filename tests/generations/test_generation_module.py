@@ -11,7 +11,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from lingbot_fleet import generations, runlock
+from lingbot_fleet.node import generations, runlock
 
 REPO = Path(__file__).resolve().parents[2]
 LIBRARY = REPO / "roles" / "generations" / "library"
@@ -247,7 +247,7 @@ def node_dirs(root: Path) -> set[str]:
 
 CUT_OFF_AFTER_SWAP = """
 import os, shutil, sys
-from lingbot_fleet import rollback
+from lingbot_fleet.node import rollback
 def killed(self, pending):
     os._exit(3)
 rollback._Effects.run = killed
@@ -417,7 +417,8 @@ def test_a_rollback_undoes_what_a_gone_run_left_open(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            "import sys; from lingbot_fleet.runlock import take; take(sys.argv[1], sys.argv[2])",
+            "import sys; from lingbot_fleet.node.runlock import take;"
+            " take(sys.argv[1], sys.argv[2])",
             str(root / GDIR.lstrip("/")),
             gone,
         ],

@@ -1,4 +1,4 @@
-"""lingbot_fleet.generations on a temp root: record, commit, number, prune, roll back."""
+"""lingbot_fleet.node.generations on a temp root: record, commit, number, prune, roll back."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from lingbot_fleet import generations as gen
-from lingbot_fleet import grub
+from lingbot_fleet.boot import grub
+from lingbot_fleet.node import generations as gen
 
 GDIR = "/var/lib/lingbot-fleet/generations"
 GRUB = "/etc/default/grub"
@@ -445,7 +445,7 @@ def test_boot_state_compares_grub_cfg_with_running_kernel(tmp_path: Path) -> Non
 
 
 def test_units_the_rollback_removes_are_stopped_not_restarted():
-    from lingbot_fleet.generations import units_to_stop
+    from lingbot_fleet.node.generations import units_to_stop
 
     class Removed:
         def __init__(self, path, action="remove"):

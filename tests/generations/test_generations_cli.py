@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lingbot_fleet.generations_cli import add_generations_parser
+from lingbot_fleet.controller.generations_cli import add_generations_parser
 
 ROWS = [
     {

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from lingbot_fleet import acs, bootfiles, lingbot_layout, persistence
-from lingbot_fleet import generations as gen
+from lingbot_fleet.boot import bootfiles
+from lingbot_fleet.gpu import acs, persistence
+from lingbot_fleet.lingbot import layout as lingbot_layout
 from lingbot_fleet.monitor import install_options
-from lingbot_fleet.values import owned_dir
+from lingbot_fleet.node import generations as gen
+from lingbot_fleet.node.values import owned_dir
 
 GENERATIONS = "/var/lib/lingbot-fleet/generations"
 PLAN = lingbot_layout.PLAN_PATH

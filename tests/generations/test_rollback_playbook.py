@@ -6,8 +6,8 @@ import json
 import sys
 from pathlib import Path
 
-from lingbot_fleet import generations as gen
-from lingbot_fleet.playbook_run import PlaybookRun, run_playbook
+from lingbot_fleet.controller.playbook_run import PlaybookRun, run_playbook
+from lingbot_fleet.node import generations as gen
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from lingbot_fleet import nodefiles, rollback
-from lingbot_fleet.nodefiles import CommandResult, NodeChanges, NodeFileError
+from lingbot_fleet.node import nodefiles, rollback
+from lingbot_fleet.node.nodefiles import CommandResult, NodeChanges, NodeFileError
 
 
 def fake_systemctl(monkeypatch: pytest.MonkeyPatch, disable: CommandResult, show: str) -> list:

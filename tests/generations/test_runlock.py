@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from lingbot_fleet import runs
-from lingbot_fleet.runlock import LockedError, read_lock, release, take
+from lingbot_fleet.node import runs
+from lingbot_fleet.node.runlock import LockedError, read_lock, release, take
 
 MINE = "20261201T100000Z-ctl01-p4711"
 OTHER_LIVE = "20261201T095900Z-ctl01-p4700"
@@ -73,7 +73,7 @@ def _module_holding_the_lock(directory: Path, run_id: str) -> subprocess.Popen[s
         [
             sys.executable,
             "-c",
-            "import sys, time; from lingbot_fleet.runlock import take; "
+            "import sys, time; from lingbot_fleet.node.runlock import take; "
             "take(sys.argv[1], sys.argv[2]); print('held', flush=True); time.sleep(60)",
             str(directory),
             run_id,

@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lingbot_fleet.controller.playbook_run import PlaybookRun
+from lingbot_fleet.controller.playbook_run import run_playbook as run_with_events
 from lingbot_fleet.lab import layout
-from lingbot_fleet.playbook_run import PlaybookRun
-from lingbot_fleet.playbook_run import run_playbook as run_with_events
 
 ANSIBLE_ENV = {"ANSIBLE_CONFIG": str(layout.REPO_ROOT / "ansible.cfg")}
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from lab_support import recap
 
+from lingbot_fleet.controller.playbook_run import run_playbook
 from lingbot_fleet.lab import layout
-from lingbot_fleet.playbook_run import run_playbook
 
 pytestmark = pytest.mark.lab
 PROFILE = "a6000-phb"

@@ -7,8 +7,11 @@ from __future__ import annotations
 import pytest
 from malformed_support import NAME_RULE, VALUE_RULE
 
-from lingbot_fleet import cmdline, generations, grub, lingbot_config, lingbot_layout
+from lingbot_fleet.boot import cmdline, grub
+from lingbot_fleet.lingbot import config as lingbot_config
+from lingbot_fleet.lingbot import layout as lingbot_layout
 from lingbot_fleet.monitor import units as monitor_units
+from lingbot_fleet.node import generations
 from lingbot_fleet.plan import PlanInputError, build_plan
 
 GENERATIONS_DIR = generations.DEFAULT_GENERATIONS_DIR

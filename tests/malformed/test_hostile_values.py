@@ -17,9 +17,9 @@ import pytest
 from ansible.errors import AnsibleError
 from malformed_support import checksums, role_module, run_module, write_tree
 
-from lingbot_fleet import nodefiles
-from lingbot_fleet.playbook_run import run_playbook
-from lingbot_fleet.policy import check_policy, load_role_specs
+from lingbot_fleet.controller.playbook_run import run_playbook
+from lingbot_fleet.controller.policy import check_policy, load_role_specs
+from lingbot_fleet.node import nodefiles
 
 REPO = Path(__file__).resolve().parents[2]
 ROLES = REPO / "roles"

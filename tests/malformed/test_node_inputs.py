@@ -24,8 +24,8 @@ from malformed_support import (
     write_tree,
 )
 
+from lingbot_fleet.gpu.probe_saved import read_saved_probe
 from lingbot_fleet.plan import PlanInputError, build_plan
-from lingbot_fleet.probe_saved import read_saved_probe
 from lingbot_fleet.rollout.batches import BatchSpecError, batch_plan
 from lingbot_fleet.rollout.outcome import max_fail_percentage_problem
 

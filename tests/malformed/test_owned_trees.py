@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from malformed_support import checksums, role_module, run_module, write_tree
 
-from lingbot_fleet import nodefiles  # noqa: F401 - the module imports it
+from lingbot_fleet.node import nodefiles  # noqa: F401 - the module imports it
 
 GENERATIONS = "/var/lib/lingbot-fleet/generations"
 MARKER = f"{GENERATIONS}/.lingbot-fleet-generations"

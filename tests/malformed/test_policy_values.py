@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lingbot_fleet.policy import check_policy, load_role_specs
+from lingbot_fleet.controller.policy import check_policy, load_role_specs
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
 NEWLINE = "holds the control character '\\n' at position"
@@ -236,7 +236,7 @@ def test_names_far_from_every_role_variable_are_left_alone(specs) -> None:
 def test_every_directory_variable_is_owned_or_declared_shared(specs) -> None:
     """A new directory variable is sorted into one list: the toolkit owns it (checked by
     values.owned_dir) or it is another program's directory the toolkit only puts files in."""
-    from lingbot_fleet.policy import OWNED_DIR_VARIABLES, SHARED_DIR_VARIABLES
+    from lingbot_fleet.controller.policy import OWNED_DIR_VARIABLES, SHARED_DIR_VARIABLES
 
     directories = {
         name

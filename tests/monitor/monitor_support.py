@@ -16,8 +16,8 @@ from typing import Any
 from facts_support import SMI_COMMAND, LabNode, boot_lab_node, cuda_library
 
 from lingbot_fleet.facts import gather_facts
+from lingbot_fleet.gpu.probe import ProbeParameters, run_probe
 from lingbot_fleet.monitor.config import MonitorConfig
-from lingbot_fleet.probe import ProbeParameters, run_probe
 
 SMALL_PROBE = {"size_mib": 4, "repetitions": 2, "latency_repetitions": 5}
 

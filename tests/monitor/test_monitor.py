@@ -14,7 +14,7 @@ import pytest
 from facts_support import LAB_LIB, load_profile
 from monitor_support import boot, monitor_config, pair_labels, samples, write_plan
 
-from lingbot_fleet import nodeapp
+from lingbot_fleet.controller import nodeapp
 from lingbot_fleet.monitor import cli, metrics
 from lingbot_fleet.monitor.cli import journal_lines, log
 from lingbot_fleet.monitor.config import MonitorConfig, MonitorConfigError

@@ -1,4 +1,5 @@
-"""lingbot_fleet.nodeapp: the monitor as one deterministic zipapp of the installed package."""
+"""lingbot_fleet.controller.nodeapp: the monitor as one deterministic zipapp of the installed
+package."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from lingbot_fleet import nodeapp
-from lingbot_fleet.nodeapp import NodeAppError
+from lingbot_fleet.controller import nodeapp
+from lingbot_fleet.controller.nodeapp import NodeAppError
 
 # What only the controller runs: none of it may reach the nodes.
 CONTROLLER_ONLY = (
@@ -21,14 +22,14 @@ CONTROLLER_ONLY = (
     "lingbot_fleet/audit/",
     "lingbot_fleet/lab/",
     "lingbot_fleet/plan/",
-    "lingbot_fleet/policy.py",
+    "lingbot_fleet/controller/policy.py",
     "lingbot_fleet/rollout/",
-    "lingbot_fleet/ansible_data.py",
-    "lingbot_fleet/nodeapp.py",
+    "lingbot_fleet/controller/ansible_data.py",
+    "lingbot_fleet/controller/nodeapp.py",
     "lingbot_fleet/monitor/units.py",
-    # What the install module needs; the monitor writes through lingbot_fleet.atomic.
-    "lingbot_fleet/nodefiles.py",
-    "lingbot_fleet/generations.py",
+    # What the install module needs; the monitor writes through lingbot_fleet.node.atomic.
+    "lingbot_fleet/node/nodefiles.py",
+    "lingbot_fleet/node/generations.py",
 )
 
 
@@ -88,11 +89,11 @@ def test_the_archive_holds_what_the_monitor_imports_and_no_controller_code(
         "lingbot_fleet/monitor/cli.py",
         "lingbot_fleet/monitor/config.py",
         "lingbot_fleet/monitor/run.py",
-        "lingbot_fleet/probe.py",
-        "lingbot_fleet/cuda.py",
+        "lingbot_fleet/gpu/probe.py",
+        "lingbot_fleet/gpu/cuda.py",
         "lingbot_fleet/facts/smi.py",
         "lingbot_fleet/parsers/topo.py",
-        "lingbot_fleet/atomic.py",
+        "lingbot_fleet/node/atomic.py",
     ):
         assert needed in names
     assert [name for name in names if name.startswith(CONTROLLER_ONLY)] == []

@@ -1,4 +1,4 @@
-"""Receipts (lingbot_fleet.receipts): a receipt stands only while nothing it covers moved."""
+"""Receipts (lingbot_fleet.node.receipts): a receipt stands only while nothing it covers moved."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 import os
 from pathlib import Path
 
-from lingbot_fleet import receipts
+from lingbot_fleet.controller.receipt_action import digest_options
 from lingbot_fleet.monitor.install_options import INSTALL_ARGUMENT_SPEC, managed_files, unit_paths
-from lingbot_fleet.receipt_action import digest_options
+from lingbot_fleet.node import receipts
 
 TIMER = "lingbot-fleet-monitor.timer"
 ACTIVE = {TIMER: {"Id": TIMER, "UnitFileState": "enabled", "ActiveState": "active"}}

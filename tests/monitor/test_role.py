@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import yaml
 
-from lingbot_fleet import nodeapp
+from lingbot_fleet.controller import nodeapp
+from lingbot_fleet.controller.playbook_run import PlaybookRun
+from lingbot_fleet.controller.playbook_run import run_playbook as run_with_events
 from lingbot_fleet.monitor.config import load_config
-from lingbot_fleet.playbook_run import PlaybookRun
-from lingbot_fleet.playbook_run import run_playbook as run_with_events
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "topo_monitor"
@@ -308,7 +308,7 @@ def test_role_syntax(tmp_path: Path) -> None:
 
 
 def test_defaults_match_the_argument_specs_and_the_policy_check_knows_them() -> None:
-    from lingbot_fleet.policy import check_policy, load_role_specs
+    from lingbot_fleet.controller.policy import check_policy, load_role_specs
 
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     specs = load_role_specs(REPO / "roles")["topo_monitor"]

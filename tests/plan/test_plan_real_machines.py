@@ -13,9 +13,9 @@ import pytest
 import yaml
 from plan_support import lab_inputs
 
-from lingbot_fleet import lingbot_layout as layout
-from lingbot_fleet.findings import Finding
-from lingbot_fleet.lingbot_config import build_config, to_yaml
+from lingbot_fleet.lingbot import layout
+from lingbot_fleet.lingbot.config import build_config, to_yaml
+from lingbot_fleet.node.findings import Finding
 from lingbot_fleet.plan import PlanInputError, build_plan, policy_from_mapping
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lab" / "lingbot_standin"))

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from plan_support import lab_inputs
 
-from lingbot_fleet.findings import Finding
+from lingbot_fleet.controller.plan_cli import add_plan_parser
+from lingbot_fleet.node.findings import Finding
 from lingbot_fleet.plan import PlanInputError, build_plan, explain_plan, policy_from_mapping
-from lingbot_fleet.plan.cli import add_plan_parser
 
 
 def instance_gpus(plan: dict) -> list[list[int]]:

@@ -15,7 +15,7 @@ from facts_support import SMI_COMMAND, LabNode, boot_lab_node, cuda_library
 
 from lingbot_fleet.facts import gather_facts
 from lingbot_fleet.facts.load import nvml_sampler
-from lingbot_fleet.probe import ProbeParameters, run_probe
+from lingbot_fleet.gpu.probe import ProbeParameters, run_probe
 
 TOLERANCE = 0.03
 

@@ -1,4 +1,4 @@
-"""The probe's reuse decided on the controller: lingbot_fleet.probe.controller_reuse and
+"""The probe's reuse decided on the controller: lingbot_fleet.gpu.probe.controller_reuse and
 the p2p_probe action plugin, which runs the module only when the saved probe does not
 stand for the node."""
 
@@ -14,7 +14,7 @@ import pytest
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-from lingbot_fleet.probe import (
+from lingbot_fleet.gpu.probe import (
     PROBE_ARGUMENT_SPEC,
     PROBE_FACT_NAME,
     ProbeParameters,
@@ -23,7 +23,7 @@ from lingbot_fleet.probe import (
     probe_problems,
     save_probe,
 )
-from lingbot_fleet.probe_saved import DEFAULT_SAVE_DIR, SAVED_PROBE_FACT_NAME, saved_probe_fact
+from lingbot_fleet.gpu.probe_saved import DEFAULT_SAVE_DIR, SAVED_PROBE_FACT_NAME, saved_probe_fact
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAVE_DIR = "/var/lib/lingbot-fleet/probe"

@@ -21,17 +21,16 @@ from probe_support import (
 )
 
 from lingbot_fleet.audit.evaluate import probe_findings, probe_summary
-from lingbot_fleet.cuda import CudaDriver, CudaError
 from lingbot_fleet.facts import gather_facts
-from lingbot_fleet.linkcheck import (
+from lingbot_fleet.gpu.cuda import CudaDriver, CudaError
+from lingbot_fleet.gpu.linkcheck import (
     LinkPolicy,
     check_links,
     judge_links,
     load_from_probe,
     probe_gpu_findings,
 )
-from lingbot_fleet.plan import build_plan
-from lingbot_fleet.probe import (
+from lingbot_fleet.gpu.probe import (
     ProbeParameters,
     describe_cuda_error,
     fill_skipped,
@@ -44,7 +43,8 @@ from lingbot_fleet.probe import (
     save_probe,
     serving_gpus,
 )
-from lingbot_fleet.probe_saved import load_saved_probe
+from lingbot_fleet.gpu.probe_saved import load_saved_probe
+from lingbot_fleet.plan import build_plan
 
 
 def with_faults(name: str, *faults: dict[str, Any]) -> dict[str, Any]:

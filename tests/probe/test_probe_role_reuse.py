@@ -11,9 +11,9 @@ from typing import Any
 
 import yaml
 
+from lingbot_fleet.controller.playbook_run import PlaybookRun, run_playbook
 from lingbot_fleet.facts.sysfs import iommu_facts
-from lingbot_fleet.playbook_run import PlaybookRun, run_playbook
-from lingbot_fleet.probe import ProbeParameters, path_config, save_probe
+from lingbot_fleet.gpu.probe import ProbeParameters, path_config, save_probe
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROBE_TASK = "Measure the GPU paths and save the result"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lingbot_fleet import linkcheck
 from lingbot_fleet.facts.schema import schema_problems
+from lingbot_fleet.gpu import linkcheck
 from lingbot_fleet.parsers import parse
 from lingbot_fleet.plan import build_plan
 

@@ -34,10 +34,13 @@ from malformed_support import role_module, run_module
 from module_support import SERVICE, FakeSystemd, node_arguments
 from module_support import run as run_service
 
-from lingbot_fleet import acs, bootfiles, kernel_options, nodefiles, receipts, service_options
+from lingbot_fleet.boot import bootfiles, kernel_options
+from lingbot_fleet.controller.receipt_action import RUN_OPTIONS, digest_options
+from lingbot_fleet.gpu import acs
+from lingbot_fleet.lingbot import service_options
+from lingbot_fleet.lingbot.service_reading import ANSWERS_READING
 from lingbot_fleet.monitor.install_options import INSTALL_ARGUMENT_SPEC
-from lingbot_fleet.receipt_action import RUN_OPTIONS, digest_options
-from lingbot_fleet.service_reading import ANSWERS_READING
+from lingbot_fleet.node import nodefiles, receipts
 
 REPO = Path(__file__).resolve().parents[2]
 DIGEST = "c" * 64

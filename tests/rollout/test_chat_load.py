@@ -1,4 +1,4 @@
-"""The synthetic chat load (lingbot_fleet.chat_load) and module lingbot_chat_load, against
+"""The synthetic chat load (lingbot_fleet.lingbot.chat_load) and module lingbot_chat_load, against
 a small chat server in this process on loopback."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from malformed_support import role_module, run_module
 
-from lingbot_fleet import lingbot_layout
-from lingbot_fleet.chat_load import (
+from lingbot_fleet.lingbot import layout as lingbot_layout
+from lingbot_fleet.lingbot.chat_load import (
     CHAT_PATH,
     ChatLoadError,
     LoadSettings,

@@ -16,7 +16,7 @@ from typing import Any
 
 from test_gates import plan, probe
 
-from lingbot_fleet.playbook_run import PlaybookRun, run_playbook
+from lingbot_fleet.controller.playbook_run import PlaybookRun, run_playbook
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTS = ("node-1", "node-2", "node-3", "node-4")

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from lingbot_fleet import nodefiles
+from lingbot_fleet.node import nodefiles
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODULE_PATH = REPO_ROOT / "roles" / "lingbot_service" / "library" / "lingbot_service.py"

@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
-from lingbot_fleet.playbook_run import PlaybookRun
-from lingbot_fleet.playbook_run import run_playbook as run_with_events
+from lingbot_fleet.controller.playbook_run import PlaybookRun
+from lingbot_fleet.controller.playbook_run import run_playbook as run_with_events
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ROLE = REPO_ROOT / "roles" / "lingbot_service"

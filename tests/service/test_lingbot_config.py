@@ -1,4 +1,4 @@
-"""lingbot_fleet.lingbot_config: schema, overrides, and the YAML LingBot reads back."""
+"""lingbot_fleet.lingbot.config: schema, overrides, and the YAML LingBot reads back."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from lingbot.config import config_from_document
 from lingbot.yamlsubset import parse_document
-from lingbot_fleet.lingbot_config import (
+from lingbot_fleet.lingbot.config import (
     ConfigError,
     build_config,
     config_problems,

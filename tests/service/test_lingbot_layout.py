@@ -1,4 +1,4 @@
-"""lingbot_fleet.lingbot_layout: paths, the command line (built, parsed, accepted by the
+"""lingbot_fleet.lingbot.layout: paths, the command line (built, parsed, accepted by the
 stand-in LingBot), unit files, secrets quoting, what a node has."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lingbot.cli import build_parser
-from lingbot_fleet import lingbot_layout as layout
+from lingbot_fleet.lingbot import layout
 from lingbot_fleet.plan import build_plan
 
 LAUNCH = layout.Launch(

@@ -10,8 +10,8 @@ import plan_support
 import pytest
 from service_support import ROLE, run_playbook, save, saved
 
+from lingbot_fleet.controller.playbook_run import PlaybookRun
 from lingbot_fleet.plan import build_plan
-from lingbot_fleet.playbook_run import PlaybookRun
 
 FACTS_MODULE = """#!/usr/bin/python
 from ansible.module_utils.basic import AnsibleModule

@@ -18,8 +18,7 @@ import plan_support
 import pytest
 from module_support import SERVICE, FakeSystemd, node_arguments, run, tree
 
-from lingbot_fleet import lingbot_layout as layout
-from lingbot_fleet import warmup
+from lingbot_fleet.lingbot import layout, warmup
 from lingbot_fleet.plan import build_plan
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="writes root-owned files")

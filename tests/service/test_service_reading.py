@@ -1,4 +1,4 @@
-"""The lingbot_answers reading (lingbot_fleet.service_reading) against real sockets: an
+"""The lingbot_answers reading (lingbot_fleet.lingbot.service_reading) against real sockets: an
 instance that answers, one that fails, one that hangs, one that is gone."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from lingbot_fleet import service_reading
-from lingbot_fleet.warmup import READY_METRIC
+from lingbot_fleet.lingbot import service_reading
+from lingbot_fleet.lingbot.warmup import READY_METRIC
 
 
 class Metrics(http.server.BaseHTTPRequestHandler):

@@ -13,11 +13,11 @@ import plan_support
 import pytest
 from module_support import SERVICE, FakeSystemd, node_arguments, run
 
-from lingbot_fleet import lingbot_layout as layout
-from lingbot_fleet import receipts, service_options
-from lingbot_fleet.ansible_data import controller_options
-from lingbot_fleet.receipt_action import digest_options, receipt_digest
-from lingbot_fleet.service_reading import ANSWERS_READING
+from lingbot_fleet.controller.ansible_data import controller_options
+from lingbot_fleet.controller.receipt_action import digest_options, receipt_digest
+from lingbot_fleet.lingbot import layout, service_options
+from lingbot_fleet.lingbot.service_reading import ANSWERS_READING
+from lingbot_fleet.node import receipts
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="writes root-owned files")
 

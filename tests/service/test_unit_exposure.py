@@ -12,7 +12,7 @@ from typing import Any
 import plan_support
 from unit_exposure_support import MAX_EXPOSURE, exposure, needs_analyze
 
-from lingbot_fleet import lingbot_layout as layout
+from lingbot_fleet.lingbot import layout
 from lingbot_fleet.monitor.units import MonitorUnits, unit_files
 from lingbot_fleet.plan import build_plan
 

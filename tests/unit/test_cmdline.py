@@ -1,10 +1,10 @@
-"""Kernel command-line tokenizer and policy (lingbot_fleet.cmdline)."""
+"""Kernel command-line tokenizer and policy (lingbot_fleet.boot.cmdline)."""
 
 from __future__ import annotations
 
 import pytest
 
-from lingbot_fleet.cmdline import (
+from lingbot_fleet.boot.cmdline import (
     KernelParam,
     PolicyError,
     build_policy,

@@ -1,4 +1,4 @@
-"""grub defaults files: parse, evaluate, edit (lingbot_fleet.grub)."""
+"""grub defaults files: parse, evaluate, edit (lingbot_fleet.boot.grub)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lingbot_fleet.cmdline import KernelParam, build_policy, parse_cmdline, render_cmdline
-from lingbot_fleet.grub import (
+from lingbot_fleet.boot.cmdline import KernelParam, build_policy, parse_cmdline, render_cmdline
+from lingbot_fleet.boot.grub import (
     GrubEditError,
     GrubFile,
     GrubParseError,

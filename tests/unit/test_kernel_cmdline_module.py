@@ -20,12 +20,12 @@ import pytest
 from service_support import run_playbook
 
 import lingbot_fleet
-import lingbot_fleet.cmdline
-import lingbot_fleet.generations
-import lingbot_fleet.grub
-import lingbot_fleet.nodefiles
-import lingbot_fleet.receipts
-from lingbot_fleet.bootfiles import BOOT_STATE_READING, boot_state_digest
+import lingbot_fleet.boot.cmdline
+import lingbot_fleet.boot.grub
+import lingbot_fleet.node.generations
+import lingbot_fleet.node.nodefiles
+import lingbot_fleet.node.receipts
+from lingbot_fleet.boot.bootfiles import BOOT_STATE_READING, boot_state_digest
 
 REPO = Path(__file__).resolve().parents[2]
 LIBRARY = REPO / "roles" / "kernel_cmdline" / "library"
@@ -160,8 +160,10 @@ def params(root: Path, **overrides: Any) -> dict[str, Any]:
     return values
 
 
-def node_changes(values: dict[str, Any], check_mode: bool) -> lingbot_fleet.nodefiles.NodeChanges:
-    return lingbot_fleet.nodefiles.NodeChanges(
+def node_changes(
+    values: dict[str, Any], check_mode: bool
+) -> lingbot_fleet.node.nodefiles.NodeChanges:
+    return lingbot_fleet.node.nodefiles.NodeChanges(
         check_mode=check_mode,
         root=values["root"],
         generations_dir=values["generations_dir"],
@@ -242,7 +244,7 @@ def test_second_run_is_unchanged_and_runs_nothing(tmp_path: Path) -> None:
     assert node.snapshot() == before
     node.boot(RUNNING_NEW)
     assert configure(node)["ansible_facts"]["kernel_cmdline_reboot_required"] is False
-    assert lingbot_fleet.grub.boot_state(str(node.root))["reboot_required"] is False
+    assert lingbot_fleet.boot.grub.boot_state(str(node.root))["reboot_required"] is False
 
 
 def test_check_mode_writes_nothing_and_reports_the_same(tmp_path: Path) -> None:
@@ -311,21 +313,21 @@ def test_converged_node_needs_no_update_grub(tmp_path: Path) -> None:
         (
             DEBIAN12,
             {"present": {"iommu": "pt"}, "absent": ["iommu"]},
-            lingbot_fleet.cmdline.PolicyError,
+            lingbot_fleet.boot.cmdline.PolicyError,
             "kernel parameter 'iommu' is asked to be absent while 'iommu=pt' is asked to be "
             "present; remove it from one of the two lists.",
         ),
         (
             DEBIAN12,
             {"absent": ["pci noacpi"]},
-            lingbot_fleet.cmdline.PolicyError,
+            lingbot_fleet.boot.cmdline.PolicyError,
             "absent: malformed kernel parameter name 'pci noacpi'; a name is letters, digits, "
             "'_', '-' and '.', starting with a letter, digit or '_'. Fix the name in the policy.",
         ),
         (
             'GRUB_CMDLINE_LINUX="quiet pci=noacpi\n',
             {},
-            lingbot_fleet.grub.GrubParseError,
+            lingbot_fleet.boot.grub.GrubParseError,
             "/etc/default/grub:1: unbalanced double quote: the quote opened here is never "
             "closed. Fix: close the quote.",
         ),
@@ -455,7 +457,7 @@ def test_parameter_already_set_is_satisfied(
     assert not (node.root / DROPIN).exists()
     assert result["reboot_required"] is False
     assert result["configured"].count("iommu=pt") == 1
-    assert lingbot_fleet.grub.boot_state(str(node.root))["reboot_required"] is False
+    assert lingbot_fleet.boot.grub.boot_state(str(node.root))["reboot_required"] is False
 
 
 def test_dropin_that_repeats_an_admin_parameter_is_removed(tmp_path: Path) -> None:
@@ -469,7 +471,7 @@ def test_dropin_that_repeats_an_admin_parameter_is_removed(tmp_path: Path) -> No
     assert not (node.root / DROPIN).exists()
     assert result["configured"] == ["quiet", "iommu=pt"]
     assert result["reboot_required"] is False
-    assert lingbot_fleet.grub.boot_state(str(node.root))["reboot_required"] is False
+    assert lingbot_fleet.boot.grub.boot_state(str(node.root))["reboot_required"] is False
 
 
 def test_hand_edit_matching_the_generated_grub_cfg_changes_nothing(tmp_path: Path) -> None:
@@ -487,7 +489,7 @@ def test_hand_edit_matching_the_generated_grub_cfg_changes_nothing(tmp_path: Pat
     assert result["changed"] is False
     assert node.commands() == []
     assert result["reboot_required"] is False
-    assert lingbot_fleet.grub.boot_state(str(node.root))["reboot_required"] is False
+    assert lingbot_fleet.boot.grub.boot_state(str(node.root))["reboot_required"] is False
 
 
 UBUNTU_GRUB_CFG = """\
@@ -517,9 +519,9 @@ def test_ubuntu_vt_handoff_makes_no_stale_grub_cfg_nor_pending_reboot(tmp_path: 
     assert result["changed"] is False
     assert node.commands() == []
     assert result["next_boot"][-1] == "vt.handoff=7"
-    assert lingbot_fleet.grub.boot_state(str(node.root))["reboot_required"] is False
+    assert lingbot_fleet.boot.grub.boot_state(str(node.root))["reboot_required"] is False
     node.boot(running)
-    assert lingbot_fleet.grub.boot_state(str(node.root))["reboot_required"] is False
+    assert lingbot_fleet.boot.grub.boot_state(str(node.root))["reboot_required"] is False
 
 
 # --- the boot loader family ------------------------------------------------------------------
@@ -652,17 +654,17 @@ def test_generation_run_id_records_files_instead_of_backing_up(tmp_path: Path) -
     assert result["ansible_facts"]["lingbot_generation_pending"] == "run-1"
     assert (pending / "files/etc/default/grub").read_text() == DEBIAN12
     assert not (node.root / "var/backup").exists()
-    committed = lingbot_fleet.generations.commit(
+    committed = lingbot_fleet.node.generations.commit(
         "/" + GENERATIONS, "run-1", {"playbook": "site.yml"}, root=str(node.root)
     )
     assert committed.generation == 1
     assert committed.changed_files == ["/etc/default/grub", "/" + DROPIN]
-    plan = lingbot_fleet.generations.plan_rollback("/" + GENERATIONS, root=str(node.root))
+    plan = lingbot_fleet.node.generations.plan_rollback("/" + GENERATIONS, root=str(node.root))
     assert [(r.path, r.action) for r in plan.restores] == [
         ("/etc/default/grub", "write"),
         ("/" + DROPIN, "remove"),
     ]
-    lingbot_fleet.generations.apply_rollback(plan, "/" + GENERATIONS, "rb", str(node.root))
+    lingbot_fleet.node.generations.apply_rollback(plan, "/" + GENERATIONS, "rb", str(node.root))
     assert (node.root / "etc/default/grub").read_text() == DEBIAN12
     assert not (node.root / DROPIN).exists()
 
@@ -837,7 +839,7 @@ RECEIPT = "var/lib/lingbot-fleet/receipts/kernel_cmdline.json"
 
 def reading(node: Node) -> dict[str, Any]:
     """The receipt as gpu_facts reads it at the start of a run."""
-    found = lingbot_fleet.receipts.read_receipts(
+    found = lingbot_fleet.node.receipts.read_receipts(
         str(node.root),
         lambda units: {},
         1_800_000_000.0,
@@ -864,11 +866,11 @@ def test_the_receipt_keeps_the_result_of_a_call_that_changed_nothing(tmp_path: P
     assert again["changed"] is False and receipt == "written"
     assert kept(node)[1] == "unchanged"
     entry = reading(node)
-    assert lingbot_fleet.receipts.unchanged(entry, "d1", 1_800_000_000.0) is None
-    assert lingbot_fleet.receipts.unchanged(entry, "d2", 1_800_000_000.0) == (
+    assert lingbot_fleet.node.receipts.unchanged(entry, "d1", 1_800_000_000.0) is None
+    assert lingbot_fleet.node.receipts.unchanged(entry, "d2", 1_800_000_000.0) == (
         "the options changed since the receipt"
     )
-    answer = lingbot_fleet.receipts.replay(entry["receipt"])
+    answer = lingbot_fleet.node.receipts.replay(entry["receipt"])
     third = configure(node)
     assert answer is not None and third["changed"] is False
     # The module's own result, every key; only where the answer came from differs.
@@ -922,7 +924,7 @@ def test_any_boot_file_or_the_boot_moving_takes_the_receipt_down(tmp_path: Path,
     kept(node)
     assert kept(node)[1] == "written"
     BOOT_MOVES[move](node.root)
-    assert lingbot_fleet.receipts.unchanged(reading(node), "d1", 1_800_000_000.0) == (
+    assert lingbot_fleet.node.receipts.unchanged(reading(node), "d1", 1_800_000_000.0) == (
         "the node's boot_state changed since the receipt"
     )
 
@@ -935,13 +937,13 @@ def test_the_same_text_written_again_keeps_the_receipt(tmp_path: Path) -> None:
     text = grub.read_text()
     grub.unlink()
     grub.write_text(text)
-    assert lingbot_fleet.receipts.unchanged(reading(node), "d1", 1_800_000_000.0) is None
+    assert lingbot_fleet.node.receipts.unchanged(reading(node), "d1", 1_800_000_000.0) is None
 
 
 def test_a_receipt_without_a_result_is_not_answered_from() -> None:
-    assert lingbot_fleet.receipts.replay({"data": {}}) is None
-    assert lingbot_fleet.receipts.replay({"data": {"result": "x"}}) is None
-    assert lingbot_fleet.receipts.replay({"data": {"result": {"changed": False}}}) == {
+    assert lingbot_fleet.node.receipts.replay({"data": {}}) is None
+    assert lingbot_fleet.node.receipts.replay({"data": {"result": "x"}}) is None
+    assert lingbot_fleet.node.receipts.replay({"data": {"result": {"changed": False}}}) == {
         "changed": False,
         "receipt": "stands",
     }

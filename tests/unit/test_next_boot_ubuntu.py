@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-import lingbot_fleet.grub
+import lingbot_fleet.boot.grub
 from lingbot_lab.grubcfg import (
     GRUB_CFG,
     boot_cmdline,
@@ -56,7 +56,7 @@ def test_vt_handoff_is_the_running_boot_once_fixed_and_rebooted(tmp_path: Path) 
     root, profile = ubuntu_root(tmp_path)
     running = boot(root, profile)
     assert running.endswith(" ro quiet splash pci=noacpi vt.handoff=7")
-    unchanged = lingbot_fleet.grub.next_boot(str(root))
+    unchanged = lingbot_fleet.boot.grub.next_boot(str(root))
     assert unchanged.args == (
         f"root=UUID={UUID}",
         "ro",
@@ -66,10 +66,10 @@ def test_vt_handoff_is_the_running_boot_once_fixed_and_rebooted(tmp_path: Path) 
         "vt.handoff=7",
     )
     assert unchanged.boot_time == ("vt.handoff=7",)
-    assert lingbot_fleet.grub.reboot_pending(running, unchanged) is False
+    assert lingbot_fleet.boot.grub.reboot_pending(running, unchanged) is False
 
     fix_and_update_grub(root, profile)
-    pending = lingbot_fleet.grub.next_boot(str(root))
+    pending = lingbot_fleet.boot.grub.next_boot(str(root))
     assert pending.source == "/boot/grub/grub.cfg"
     assert pending.args == (
         f"root=UUID={UUID}",
@@ -79,15 +79,15 @@ def test_vt_handoff_is_the_running_boot_once_fixed_and_rebooted(tmp_path: Path) 
         "splash",
         "vt.handoff=7",
     )
-    assert lingbot_fleet.grub.reboot_pending(running, pending) is True
+    assert lingbot_fleet.boot.grub.reboot_pending(running, pending) is True
     changes = set(pending.args) ^ set(running.split()[1:])
     assert changes == {"iommu=pt", "pci=noacpi"}
 
     running = boot(root, profile)
     assert running.split()[1:] == list(pending.args)
-    rebooted = lingbot_fleet.grub.next_boot(str(root))
-    assert lingbot_fleet.grub.reboot_pending(running, rebooted) is False
-    assert lingbot_fleet.grub.boot_state(str(root)) == {
+    rebooted = lingbot_fleet.boot.grub.next_boot(str(root))
+    assert lingbot_fleet.boot.grub.reboot_pending(running, rebooted) is False
+    assert lingbot_fleet.boot.grub.boot_state(str(root)) == {
         "running": running,
         "configured": " ".join(pending.args),
         "configured_from": "/boot/grub/grub.cfg",

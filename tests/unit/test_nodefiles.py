@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from lingbot_fleet import generations
-from lingbot_fleet.nodefiles import NodeChanges, NodeFileError, write_atomic
+from lingbot_fleet.node import generations
+from lingbot_fleet.node.nodefiles import NodeChanges, NodeFileError, write_atomic
 
 ROOT_USER = pwd.getpwuid(os.getuid()).pw_name
 
@@ -157,7 +157,7 @@ def test_write_atomic_replaces_the_file_in_one_rename(tmp_path: Path) -> None:
 
 
 def test_every_read_write_listing_and_unit_is_watched(tmp_path: Path) -> None:
-    """What a receipt watches comes from here (lingbot_fleet.receipts.keep)."""
+    """What a receipt watches comes from here (lingbot_fleet.node.receipts.keep)."""
     root = tmp_path / "node"
     (root / "etc/app.d").mkdir(parents=True)
     (root / "etc/old.conf").write_text("old\n")

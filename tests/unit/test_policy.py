@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lingbot_fleet.policy import check_policy, load_role_specs
+from lingbot_fleet.controller.policy import check_policy, load_role_specs
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
 
@@ -71,7 +71,7 @@ def test_example_inventory_is_valid(specs):
 
 
 def test_play_wide_variable_from_the_inventory_is_refused_with_the_fix() -> None:
-    from lingbot_fleet.policy import play_wide_problems
+    from lingbot_fleet.controller.policy import play_wide_problems
 
     problems = play_wide_problems({"kernel_cmdline_reboot_batch": "10%"}, extra_vars={})
     assert [str(problem) for problem in problems] == [

@@ -1,4 +1,4 @@
-"""lingbot_fleet.state_dirs owns the toolkit's directories under /var/lib/lingbot-fleet: the
+"""lingbot_fleet.node.state_dirs owns the toolkit's directories under /var/lib/lingbot-fleet: the
 code takes them from there, and what the roles' defaults and the documents name is one of
 them (or a file in one)."""
 
@@ -9,7 +9,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from lingbot_fleet import state_dirs
+from lingbot_fleet.node import state_dirs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STATE_PATH = re.compile(re.escape(state_dirs.STATE_ROOT) + r"[\w./-]*")
@@ -68,7 +68,7 @@ def test_code_takes_its_state_dirs_from_state_dirs() -> None:
         for text in code_strings(ast.parse(path.read_text(encoding="utf-8")))
         if state_dirs.STATE_ROOT in text
     ]
-    assert offenders == [], "import the directory from lingbot_fleet.state_dirs"
+    assert offenders == [], "import the directory from lingbot_fleet.node.state_dirs"
 
 
 def test_defaults_and_documents_name_only_the_owned_state_dirs() -> None:
@@ -84,4 +84,4 @@ def test_defaults_and_documents_name_only_the_owned_state_dirs() -> None:
             for directory in STATE_DIRS
         )
     ]
-    assert unknown == [], "a state directory not in lingbot_fleet.state_dirs"
+    assert unknown == [], "a state directory not in lingbot_fleet.node.state_dirs"

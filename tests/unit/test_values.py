@@ -1,4 +1,4 @@
-"""lingbot_fleet.values: what each validator accepts, in what form it returns it, and what it
+"""lingbot_fleet.node.values: what each validator accepts, in what form it returns it, and what it
 refuses (the refusals' exact messages are in tests/malformed/test_hostile_values.py)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lingbot_fleet import values
+from lingbot_fleet.node import values
 
 
 @pytest.mark.parametrize("name", ["lingbot-fleet", "50_lingbot.fleet", "a+b", "x" * 64])

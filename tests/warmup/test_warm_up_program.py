@@ -1,4 +1,4 @@
-"""The warm-up program (lingbot_fleet.warmup) that each LingBot unit runs around its start:
+"""The warm-up program (lingbot_fleet.lingbot.warmup) that each LingBot unit runs around its start:
 ``gpus`` through the lab's libcuda, ``ready`` against a server on loopback."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from facts_support import cuda_library
 from native_support import flatten, scenario_state, write_lab_root
 
-from lingbot_fleet import warmup
+from lingbot_fleet.lingbot import warmup
 
 PROGRAM = Path(warmup.__file__)
 

@@ -1,6 +1,7 @@
 """The fleet audit: read-only collection on every node, evaluation and reports on the controller.
 
-Kept free of imports: `node` is shipped to the nodes (stdlib only) through module_utils,
-the rest (`evaluate`, `fleet`, `reports`, `runner`, `cli`) runs on the controller.
+Kept free of imports. What the audit reads on a node is lingbot_fleet.facts.audit_reading
+(stdlib only, shipped through module_utils); everything here (`evaluate`, `fleet`,
+`reports`, `runner`, `cli`) runs on the controller.
 docs/audit.md describes the flow, the fleet.json schema and the exit codes.
 """

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..findings import SEVERITIES
+from ..node.findings import SEVERITIES
 from .fleet import EXIT_AUDIT_FAILED, build_fleet, exit_status
 from .progress import Progress
 from .reports import write_reports

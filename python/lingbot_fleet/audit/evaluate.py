@@ -14,13 +14,19 @@ from typing import Any
 
 import yaml
 
-from ..cmdline import PolicyError, build_policy, check_policy, iommu_vendor_switch, parse_cmdline
+from ..boot.cmdline import (
+    PolicyError,
+    build_policy,
+    check_policy,
+    iommu_vendor_switch,
+    parse_cmdline,
+)
 from ..facts import schema_problems
-from ..findings import Finding
-from ..lingbot_config import ConfigError, build_config
-from ..linkcheck import LinkPolicy, check_links, load_from_probe, probe_gpu_findings
+from ..gpu.linkcheck import LinkPolicy, check_links, load_from_probe, probe_gpu_findings
+from ..gpu.probe import fill_skipped
+from ..lingbot.config import ConfigError, build_config
+from ..node.findings import Finding
 from ..plan import POLICY_KEYS, PlanInputError, build_plan
-from ..probe import fill_skipped
 
 # Words of the boot entry that are not kernel policy: the image and the root device.
 BOOT_ONLY_PREFIXES = ("BOOT_IMAGE=", "root=", "initrd=")

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..findings import SEVERITIES, severity_rank
+from ..node.findings import SEVERITIES, severity_rank
 
 FLEET_SCHEMA_VERSION = 1
 

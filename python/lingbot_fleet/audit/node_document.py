@@ -1,6 +1,6 @@
 """The node document the audit judges, completed on the controller from what the node read.
 
-``audit.node.read_node`` runs on the node and sends its boot files' text and its
+``facts.audit_reading.read_node`` runs on the node and sends its boot files' text and its
 generations' manifests and checksums as they are; here the grub parsers read those boot
 files from a scratch root laid out like the node's, and ``generations.list_generations``
 checks the generations through ``generation_snapshot.SnapshotReader``: the same functions
@@ -16,12 +16,12 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
-from ..bootfiles import DEFAULT_GRUB_PATH, GRUB_D_DIR, write_boot_files
-from ..cmdline import split_words
-from ..generation_snapshot import SnapshotReader
-from ..generations import list_generations
-from ..grub import configured_params, next_boot, parse_grub_file, sourcing_order
-from .node import _section, on_root, read_node, read_text
+from ..boot.bootfiles import DEFAULT_GRUB_PATH, GRUB_D_DIR, write_boot_files
+from ..boot.cmdline import split_words
+from ..boot.grub import configured_params, next_boot, parse_grub_file, sourcing_order
+from ..facts.audit_reading import _section, on_root, read_node, read_text
+from ..node.generation_snapshot import SnapshotReader
+from ..node.generations import list_generations
 
 
 def grub_defaults_args(root: str) -> list[str] | None:

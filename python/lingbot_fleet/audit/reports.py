@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..findings import severity_rank
+from ..node.findings import severity_rank
 from .fleet import STATUS_FAILED, STATUS_FINDINGS, STATUS_OK, STATUS_UNREACHABLE
 
 REPORT_FILES = ("fleet.json", "fleet.md", "fleet.html", "junit.xml")

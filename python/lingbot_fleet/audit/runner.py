@@ -1,7 +1,8 @@
 """Drive the audit playbook through ansible-runner and collect each host's result.
 
-The playbook is the collection's (lingbot.fleet.audit), found by lingbot_fleet.collection:
-the one the wheel carries, a checkout's, or the installed collection.
+The playbook is the collection's (lingbot.fleet.audit), found by
+lingbot_fleet.controller.collection: the one the wheel carries, a checkout's, or the installed
+collection.
 
 Results come from the runner's events, never from files on the nodes: `runner_on_ok` of
 the lingbot_audit_node task carries the host's audit record, `runner_on_unreachable` and
@@ -21,8 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..collection import CollectionNotFoundError, Content, find_content
-from ..findings import severity_rank
+from ..controller.collection import CollectionNotFoundError, Content, find_content
+from ..node.findings import severity_rank
 from .fleet import STATUS_FAILED, STATUS_UNREACHABLE, AuditOutcome, node_status
 
 PLAYBOOK_NAME = "audit"

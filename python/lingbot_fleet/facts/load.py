@@ -4,7 +4,7 @@ A GPU idles its PCIe link at a low generation and retrains it once it is busy, w
 takes a while. A reading follows DCGM's rule: the copies run for at least `min_load_s`
 before it and go on while it is taken, the performance state is read before and after
 the link, and the reading counts only when the GPU was in P0 at both ends (the judge,
-lingbot_fleet.linkcheck, applies that rule and the minimum load). The copies run in the
+lingbot_fleet.gpu.linkcheck, applies that rule and the minimum load). The copies run in the
 calling thread (ctypes releases the GIL during driver calls); the reading is taken by a
 helper thread through NVML when pynvml imports, else through nvidia-smi.
 """
@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..cuda import CudaDriver, CudaError, host_to_device_load
+from ..gpu.cuda import CudaDriver, CudaError, host_to_device_load
 from .nvml import NvmlUnavailableError, bus_id_from_nvml, load_pynvml
 from .smi import SmiUnavailableError, run_smi
 

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..findings import SEVERITIES
+from ..node.findings import SEVERITIES
 from .config import DEFAULT_CONFIG_PATH, MonitorConfigError, load_config
 from .run import run_monitor
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ..state_dirs import MONITOR_DIR
+from ..node.state_dirs import MONITOR_DIR
 
 DEFAULT_CONFIG_PATH = "/etc/lingbot-fleet/monitor.json"
 

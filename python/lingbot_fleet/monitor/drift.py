@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from ..findings import Finding
+from ..node.findings import Finding
 from .judge import PairVerdict, PlanView
 
 

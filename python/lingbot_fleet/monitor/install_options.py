@@ -1,9 +1,9 @@
 """The options of the topo_monitor_install module.
 
 One owner for both sides: the module validates its options with INSTALL_ARGUMENT_SPEC and
-keeps its receipt (``lingbot_fleet.receipts.keep``); the action plugin of the same name
+keeps its receipt (``lingbot_fleet.node.receipts.keep``); the action plugin of the same name
 validates the task's options with the same spec and answers from a standing receipt
-(``lingbot_fleet.receipt_action.answer``), so a converged node costs no module call.
+(``lingbot_fleet.controller.receipt_action.answer``), so a converged node costs no module call.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Every family is a gauge with HELP and TYPE lines; a figure that could not be measured is
 left out rather than written as 0. The file is replaced atomically through a hidden temp
 file of the same directory, which the collector (it reads ``*.prom``) never picks up
-half-written: ``lingbot_fleet.atomic.write_atomic``, the implementation NodeChanges (and
+half-written: ``lingbot_fleet.node.atomic.write_atomic``, the implementation NodeChanges (and
 ``nodefiles.write_atomic``) uses, imported from there so the program on the nodes does not
 carry NodeChanges and the generations code.
 """
@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..atomic import write_atomic
+from ..node.atomic import write_atomic
 
 METRIC_PREFIX = "lingbot_fleet_"
 

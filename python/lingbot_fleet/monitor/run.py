@@ -14,11 +14,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..atomic import write_json_atomic
 from ..facts import gather_facts
-from ..findings import count_by_severity
-from ..linkcheck import LinkPolicy, check_links, load_from_probe
-from ..probe import MIB, ProbeParameters, run_probe, start_link_sampler
+from ..gpu.linkcheck import LinkPolicy, check_links, load_from_probe
+from ..gpu.probe import MIB, ProbeParameters, run_probe, start_link_sampler
+from ..node.atomic import write_json_atomic
+from ..node.findings import count_by_severity
 from .config import MonitorConfig
 from .drift import drift_findings, probe_error_findings
 from .judge import current_indices, judge_pair, planned_gpus_lost, probe_pairs, read_plan

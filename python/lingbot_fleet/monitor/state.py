@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..atomic import write_json_atomic
+from ..node.atomic import write_json_atomic
 from .judge import PairVerdict
 
 MONITOR_SCHEMA_VERSION = 1

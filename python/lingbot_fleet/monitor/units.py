@@ -15,8 +15,8 @@ import re
 import urllib.parse
 from dataclasses import dataclass
 
-from ..hardening import MONITOR_SANDBOX
-from ..systemd_text import systemd_word
+from ..node.hardening import MONITOR_SANDBOX
+from ..node.systemd_text import systemd_word
 
 SERVICE_NAME = "lingbot-fleet-monitor.service"
 TIMER_NAME = "lingbot-fleet-monitor.timer"

@@ -2,7 +2,7 @@
 
 RHEL 8 keeps the kernel command line of its boot entries there as ``kernelopts`` (the
 BLS entries say ``options $kernelopts``). The grub and cmdline kinds both read it; the
-variables are read by :func:`lingbot_fleet.grub.read_grubenv`.
+variables are read by :func:`lingbot_fleet.boot.grub.read_grubenv`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def is_grubenv(lines: list[str]) -> bool:
 
 def assignments(lines: list[str]) -> list[dict]:
     """Every ``name=value`` of the block in order, with its line number."""
-    from ..grub import read_grubenv  # noqa: PLC0415  (grub.py is heavy; only this path needs it)
+    from ..boot.grub import read_grubenv  # noqa: PLC0415  (grub.py is heavy; only this path needs it)
 
     found: list[dict] = []
     for number, line in enumerate(lines, start=1):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from ..cmdline import parse_word, split_words
+from ..boot.cmdline import parse_word, split_words
 from . import _grubenv
 from ._common import ParseError, partial, require_text, whole
 

@@ -1,11 +1,11 @@
 """``/etc/default/grub``: its variables and the kernel parameter lists.
 
-The file is read by :mod:`lingbot_fleet.grub`, the reader the kernel_cmdline role uses,
+The file is read by :mod:`lingbot_fleet.boot.grub`, the reader the kernel_cmdline role uses,
 so this kind reports what the toolkit itself would make of the file: values unquoted
 the way ``sh`` does, ``$NAME`` / ``${NAME}`` expanded from earlier assignments, and
 values that need a command run (``$(...)``, backquotes) kept as written and listed in
 ``unevaluated``. Kernel parameter lists are split with the tokenizer of
-:mod:`lingbot_fleet.cmdline`. A grubenv block (RHEL 8) is read as a partial result whose
+:mod:`lingbot_fleet.boot.cmdline`. A grubenv block (RHEL 8) is read as a partial result whose
 command line is its ``kernelopts``.
 """
 
@@ -14,12 +14,12 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from ..cmdline import parse_cmdline
+from ..boot.cmdline import parse_cmdline
 from . import _grubenv
 from ._common import ParseError, partial, require_text, whole
 
 if TYPE_CHECKING:
-    from ..grub import GrubFile
+    from ..boot.grub import GrubFile
 
 KIND = "grub"
 EXPECTED = "the content of /etc/default/grub (NAME=value lines) or of a grubenv block"
@@ -122,7 +122,7 @@ def _evaluate(source: str, grub_file: GrubFile) -> tuple[dict[str, str], list[di
 
 
 def parse_grub(text: str) -> dict:
-    from ..grub import GrubParseError, parse_grub_file  # noqa: PLC0415  (heavy; only here)
+    from ..boot.grub import GrubParseError, parse_grub_file  # noqa: PLC0415  (heavy; only here)
 
     lines = require_text(text, KIND, EXPECTED)
     if _grubenv.is_grubenv(lines):

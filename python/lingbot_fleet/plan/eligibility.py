@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..findings import severity_rank
+from ..node.findings import severity_rank
 from .model import UNKNOWN_NUMA_NODE, GpuInput, PlanInputs
 from .policy import PlanPolicy
 

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..probe_saved import PROBE_SCHEMA_VERSION
+from ..gpu.probe_saved import PROBE_SCHEMA_VERSION
 from .model import (
     UNKNOWN_NUMA_NODE,
     DirectedPath,
@@ -70,7 +70,7 @@ def _finding_fields(finding: Any) -> tuple[str, str, str]:
     if not all(isinstance(value, str) for value in values):
         raise PlanInputError(
             f"finding {finding!r}: needs code, severity and subject as text "
-            "(a lingbot_fleet.findings.Finding or its to_dict())"
+            "(a lingbot_fleet.node.findings.Finding or its to_dict())"
         )
     # all() above proved three texts; mypy does not narrow a tuple through all().
     return values  # type: ignore[return-value]

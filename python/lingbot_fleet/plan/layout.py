@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..findings import Finding
+from ..node.findings import Finding
 from .eligibility import Eligibility
 from .grouping import Group, PairVerdict, best_group
 from .model import PlanInputs

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..lingbot_layout import PLAN_PATH, on_root
+from ..lingbot.layout import PLAN_PATH, on_root
 from .document import build_plan
 
 LAYER_KEY = "num_hidden_layers"

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..findings import SEVERITIES
+from ..node.findings import SEVERITIES
 from .model import PlanInputError
 
 ROLE_PREFIX = "lingbot_service_"

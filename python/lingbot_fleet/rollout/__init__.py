@@ -1,5 +1,5 @@
 """Gated batch rollout: the batches (``batches``), the gates a node passes after its
-change (``gates``; ``service_load`` judges the chat load of ``lingbot_fleet.chat_load``),
+change (``gates``; ``service_load`` judges the chat load of ``lingbot_fleet.lingbot.chat_load``),
 the gate inputs as Ansible hands them (``inputs``), the outcome the rollout keeps
 (``outcome``) and the summary (``summary``). Pure,
 standard library only; docs in roles/rollout_gate/README.md.

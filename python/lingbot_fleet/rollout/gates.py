@@ -14,7 +14,7 @@ The gates (docs in roles/rollout_gate/README.md), judged after a node's change:
   below the node's previous probe by more than the tolerance. Skipped, with a note, when
   there is no previous probe, it cannot be read, or it was taken on other GPUs;
 - `service_load`: under the synthetic chat load of module lingbot_chat_load
-  (`lingbot_fleet.chat_load`), measured before and after the change, no instance (nor the
+  (`lingbot_fleet.lingbot.chat_load`), measured before and after the change, no instance (nor the
   node, pooled) has an error rate above the limit after the change, and no P95 latency or
   P95 first-token time after it is above the one before by more than the tolerance and
   the floor (both must be exceeded). Skipped, with a note, when there is no load after the
@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..probe import figure_parameters
+from ..gpu.probe import figure_parameters
 
 GATES: tuple[str, ...] = (
     "change",

@@ -85,7 +85,7 @@ node:
 
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.lingbot_fleet.audit.node import (
+from ansible.module_utils.lingbot_fleet.facts.audit_reading import (
     DEFAULT_GENERATIONS_DIR,
     DEFAULT_PROBE_PATH,
     read_node,

@@ -214,7 +214,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.lingbot_fleet.generations import (
+from ansible.module_utils.lingbot_fleet.node.generations import (
     DEFAULT_GENERATIONS_DIR,
     GenerationError,
     commit,
@@ -223,7 +223,11 @@ from ansible.module_utils.lingbot_fleet.generations import (
     pending_dir,
     record_before,
 )
-from ansible.module_utils.lingbot_fleet.rollback import RollbackError, RollbackRequest, roll_back
+from ansible.module_utils.lingbot_fleet.node.rollback import (
+    RollbackError,
+    RollbackRequest,
+    roll_back,
+)
 
 FindBin = Callable[[str], "str | None"]
 

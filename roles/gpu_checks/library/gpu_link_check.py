@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 module: gpu_link_check
 short_description: PCIe link and NUMA findings from the GPU facts and policy
 description:
-  - Runs lingbot_fleet.linkcheck on the facts gathered by gpu_facts and, when given, the
+  - Runs lingbot_fleet.gpu.linkcheck on the facts gathered by gpu_facts and, when given, the
     under-load sample of gpu_link_load. Width is judged at rest; generation under load or
     against what GPU and slot can negotiate; a GPU idling at a low generation is never a
     finding.
@@ -158,7 +158,7 @@ failure:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.lingbot_fleet.linkcheck import (
+from ansible.module_utils.lingbot_fleet.gpu.linkcheck import (
     JUDGE_ARGUMENT_SPEC,
     judge_options,
     sample_decision,

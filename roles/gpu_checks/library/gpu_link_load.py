@@ -94,7 +94,7 @@ load:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.lingbot_fleet.facts.load import link_under_load
-from ansible.module_utils.lingbot_fleet.linkcheck import (
+from ansible.module_utils.lingbot_fleet.gpu.linkcheck import (
     MIN_LOAD_S,
     SAMPLE_ARGUMENT_SPEC,
     probe_readings_problem,

@@ -46,7 +46,7 @@ options:
       - The p2p_probe save directory; its C(latest.json), validated as the probe reads it,
         is returned as C(ansible_facts.lingbot_saved_probe), so the p2p_probe action can
         reuse it without a module call of its own. The default is the probe's default
-        (C(lingbot_fleet.state_dirs.PROBE_DIR)).
+        (C(lingbot_fleet.node.state_dirs.PROBE_DIR)).
     type: path
     default: /var/lib/lingbot-fleet/probe
   pynvml_sha1:
@@ -70,7 +70,7 @@ options:
     type: str
   receipts:
     description:
-      - Also return the receipts modules left on the node (C(lingbot_fleet.receipts)) with
+      - Also return the receipts modules left on the node (C(lingbot_fleet.node.receipts)) with
         the stat signature of their paths and the listings of their directories, the state
         of their units and the readings they hold (C(boot_state), the digest of the files
         the kernel command line is read from; C(lingbot_answers), whether each LingBot
@@ -185,8 +185,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.lingbot_fleet import receipts
-from ansible.module_utils.lingbot_fleet.bootfiles import (
+from ansible.module_utils.lingbot_fleet.boot.bootfiles import (
     BOOT_ID_FACT,
     BOOT_STATE_READING,
     boot_state_digest,
@@ -194,20 +193,21 @@ from ansible.module_utils.lingbot_fleet.bootfiles import (
 )
 from ansible.module_utils.lingbot_fleet.facts import FACT_NAME, gather_facts
 from ansible.module_utils.lingbot_fleet.facts.nvml import find_pynvml
-from ansible.module_utils.lingbot_fleet.nodefiles import NodeChanges
-from ansible.module_utils.lingbot_fleet.persistence import (
+from ansible.module_utils.lingbot_fleet.gpu.persistence import (
     DEFAULT_DROPIN_DIR,
     STATE_FACT_NAME,
     assess,
     parse_show,
     show_argv,
 )
-from ansible.module_utils.lingbot_fleet.probe_saved import (
+from ansible.module_utils.lingbot_fleet.gpu.probe_saved import (
     DEFAULT_SAVE_DIR,
     SAVED_PROBE_FACT_NAME,
     saved_probe_fact,
 )
-from ansible.module_utils.lingbot_fleet.service_reading import ANSWERS_READING, answers
+from ansible.module_utils.lingbot_fleet.lingbot.service_reading import ANSWERS_READING, answers
+from ansible.module_utils.lingbot_fleet.node import receipts
+from ansible.module_utils.lingbot_fleet.node.nodefiles import NodeChanges
 
 
 def pynvml_in_venv(module: AnsibleModule, venv: str | None, sha1: str | None) -> bool | None:

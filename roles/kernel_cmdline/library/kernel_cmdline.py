@@ -328,8 +328,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.lingbot_fleet import bootloader, kernel_options, receipts, values
-from ansible.module_utils.lingbot_fleet.bootfiles import (
+from ansible.module_utils.lingbot_fleet.boot import bootloader, kernel_options
+from ansible.module_utils.lingbot_fleet.boot.bootfiles import (
     BLS_ENTRIES_DIR,
     BOOT_ID_FACT,
     BOOT_STATE_READING,
@@ -340,7 +340,7 @@ from ansible.module_utils.lingbot_fleet.bootfiles import (
     boot_state_digest,
     read_boot_id,
 )
-from ansible.module_utils.lingbot_fleet.cmdline import (
+from ansible.module_utils.lingbot_fleet.boot.cmdline import (
     CmdlinePolicy,
     KernelParam,
     PolicyError,
@@ -355,7 +355,7 @@ from ansible.module_utils.lingbot_fleet.cmdline import (
     split_words,
     strip_unwanted,
 )
-from ansible.module_utils.lingbot_fleet.grub import (
+from ansible.module_utils.lingbot_fleet.boot.grub import (
     GrubEditError,
     GrubFile,
     GrubParseError,
@@ -373,11 +373,13 @@ from ansible.module_utils.lingbot_fleet.grub import (
     resolve_node_path,
     sourcing_order,
 )
-from ansible.module_utils.lingbot_fleet.nodefiles import (
+from ansible.module_utils.lingbot_fleet.node import receipts, values
+from ansible.module_utils.lingbot_fleet.node.nodefiles import (
     NodeChanges,
     NodeFileError,
     run_command,
 )
+from ansible.module_utils.lingbot_fleet.node.rooted import on_root
 
 ARGUMENT_SPEC = kernel_options.ARGUMENT_SPEC
 
@@ -395,10 +397,6 @@ class ModuleError(Exception):
         super().__init__(msg)
         self.msg = msg
         self.details = details
-
-
-def on_root(root: str, path: str) -> str:
-    return os.path.join(root, path.lstrip("/"))
 
 
 def read_text(path: str) -> str:
@@ -850,7 +848,7 @@ def result_for(job: Job, bootloader: str, boot: NextBoot) -> dict[str, Any]:
     result = job.changes.result()
     if job.changes.recorded:
         # Imported here: a call that records nothing does not load the generations code.
-        from ansible.module_utils.lingbot_fleet.generations import pending_dir
+        from ansible.module_utils.lingbot_fleet.node.generations import pending_dir
 
         saved = os.path.join(
             pending_dir(params["generations_dir"], params["generation_run_id"], job.root),

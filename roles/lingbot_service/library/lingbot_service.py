@@ -31,12 +31,12 @@ description:
     files changed; enables and starts every planned instance; then waits until each one is
     ready.
   - The layout (paths, unit names, ExecStart) is the one of
-    C(lingbot_fleet.lingbot_layout).
+    C(lingbot_fleet.lingbot.layout).
   - Nothing is written when an override, the model directory, an instance name or the
     units are wrong; the units are checked with C(systemd-analyze verify) in a temporary
     directory before they land, in check mode too.
   - Whatever O(verify_units) says, every value that lands in a unit is checked for its
-    kind first (C(lingbot_fleet.values) - user and group names, the model path, words
+    kind first (C(lingbot_fleet.node.values) - user and group names, the model path, words
     without a control character, ports from 1 to 65535, the plan's GPU UUIDs), so no value
     can start a new line or directive; and a listener beyond loopback without O(api_key),
     or an O(api_key) the readiness check would send to another host, fails the module
@@ -209,7 +209,7 @@ options:
     default: 60
   warm_up:
     description:
-      - Warm each instance around its start (C(lingbot_fleet.warmup), installed at
+      - Warm each instance around its start (C(lingbot_fleet.lingbot.warmup), installed at
         C(/usr/local/libexec/lingbot-fleet/lingbot-warm-up)) - C(ExecStartPre) makes a
         context on every GPU and maps and checks every peer pair the plan uses, through
         C(libcuda.so.1), under the instance's numactl binding; C(ExecStartPost) waits for
@@ -346,11 +346,11 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.lingbot_fleet import lingbot_layout as layout
-from ansible.module_utils.lingbot_fleet import receipts, service_options, values
-from ansible.module_utils.lingbot_fleet import warmup as warm_up_program
-from ansible.module_utils.lingbot_fleet.lingbot_config import ConfigError, build_config, to_yaml
-from ansible.module_utils.lingbot_fleet.nodefiles import (
+from ansible.module_utils.lingbot_fleet.lingbot import layout, service_options
+from ansible.module_utils.lingbot_fleet.lingbot import warmup as warm_up_program
+from ansible.module_utils.lingbot_fleet.lingbot.config import ConfigError, build_config, to_yaml
+from ansible.module_utils.lingbot_fleet.node import receipts, values
+from ansible.module_utils.lingbot_fleet.node.nodefiles import (
     NodeChanges,
     NodeFileError,
     run_command,
@@ -409,7 +409,7 @@ WORD_LIST_OPTIONS = ("entry", "extra_args")
 
 def check_values(params: dict) -> None:
     """Every option that lands in a unit, secrets.env or a request, checked for its kind
-    (lingbot_fleet.values, the policy check's validators) before any change; the API key
+    (lingbot_fleet.node.values, the policy check's validators) before any change; the API key
     also replaced by its checked form. ServiceError naming the role variable otherwise."""
 
     def variable(option: str) -> str:

@@ -180,8 +180,8 @@ ansible_facts:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.lingbot_fleet import persistence
-from ansible.module_utils.lingbot_fleet.nodefiles import (
+from ansible.module_utils.lingbot_fleet.gpu import persistence
+from ansible.module_utils.lingbot_fleet.node.nodefiles import (
     GENERATION_ARGUMENT_SPEC,
     NodeChanges,
     NodeFileError,

@@ -1,5 +1,5 @@
 #!/usr/bin/python
-"""Ansible module: measure the node's GPU paths (lingbot_fleet.probe) and save the result."""
+"""Ansible module: measure the node's GPU paths (lingbot_fleet.gpu.probe) and save the result."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ options:
     default: all
   save_dir:
     description: Where latest.json and the timestamped copies are written
-      (C(lingbot_fleet.state_dirs.PROBE_DIR)).
+      (C(lingbot_fleet.node.state_dirs.PROBE_DIR)).
     type: path
     default: /var/lib/lingbot-fleet/probe
   keep:
@@ -186,7 +186,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.lingbot_fleet.facts import gather_facts
-from ansible.module_utils.lingbot_fleet.probe import (
+from ansible.module_utils.lingbot_fleet.gpu.probe import (
     PROBE_ARGUMENT_SPEC,
     PROBE_FACT_NAME,
     ProbeParameters,
@@ -201,7 +201,7 @@ from ansible.module_utils.lingbot_fleet.probe import (
     serving_gpus,
     start_link_sampler,
 )
-from ansible.module_utils.lingbot_fleet.probe_saved import LATEST_NAME, read_saved_probe
+from ansible.module_utils.lingbot_fleet.gpu.probe_saved import LATEST_NAME, read_saved_probe
 
 
 def read_only_result(module: AnsibleModule) -> None:

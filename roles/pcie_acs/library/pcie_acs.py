@@ -109,8 +109,9 @@ import tempfile
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.lingbot_fleet import acs, receipts, values
-from ansible.module_utils.lingbot_fleet.nodefiles import (
+from ansible.module_utils.lingbot_fleet.gpu import acs
+from ansible.module_utils.lingbot_fleet.node import receipts, values
+from ansible.module_utils.lingbot_fleet.node.nodefiles import (
     GENERATION_ARGUMENT_SPEC,
     NodeChanges,
     NodeFileError,

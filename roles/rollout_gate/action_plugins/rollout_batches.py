@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from lingbot_fleet.ansible_data import plain_data
+from lingbot_fleet.controller.ansible_data import plain_data
 from lingbot_fleet.rollout.batches import BatchSpecError, batch_plan
 from lingbot_fleet.rollout.outcome import max_fail_percentage_problem
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from lingbot_fleet.ansible_data import plain_data
+from lingbot_fleet.controller.ansible_data import plain_data
 from lingbot_fleet.rollout.gates import GateInputs, GatePolicy, evaluate_gates
 from lingbot_fleet.rollout.inputs import failure_text, health_from_results, node_reading
 

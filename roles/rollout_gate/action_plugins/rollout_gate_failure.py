@@ -12,7 +12,7 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-from lingbot_fleet.ansible_data import plain_data
+from lingbot_fleet.controller.ansible_data import plain_data
 from lingbot_fleet.rollout.inputs import task_failure
 
 

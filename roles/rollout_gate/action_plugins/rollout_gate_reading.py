@@ -18,8 +18,8 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-from lingbot_fleet.ansible_data import plain_data
-from lingbot_fleet.receipt_action import execute
+from lingbot_fleet.controller.ansible_data import plain_data
+from lingbot_fleet.controller.receipt_action import execute
 from lingbot_fleet.rollout.inputs import previous_probe_reading
 
 

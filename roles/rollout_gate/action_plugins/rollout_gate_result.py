@@ -16,7 +16,7 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-from lingbot_fleet.ansible_data import plain_data
+from lingbot_fleet.controller.ansible_data import plain_data
 from lingbot_fleet.rollout.outcome import gate_result, rollback_text
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from lingbot_fleet.ansible_data import plain_data
+from lingbot_fleet.controller.ansible_data import plain_data
 from lingbot_fleet.rollout.outcome import batch_plan_of_hosts
 from lingbot_fleet.rollout.summary import summarize
 

@@ -127,8 +127,7 @@ skipped_in_check_mode:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.lingbot_fleet import values
-from ansible.module_utils.lingbot_fleet.chat_load import (
+from ansible.module_utils.lingbot_fleet.lingbot.chat_load import (
     ChatLoadError,
     LoadSettings,
     check_instances,
@@ -136,8 +135,9 @@ from ansible.module_utils.lingbot_fleet.chat_load import (
     instances_from_plan,
     measure_instances,
 )
-from ansible.module_utils.lingbot_fleet.lingbot_layout import PLAN_PATH, on_root
-from ansible.module_utils.lingbot_fleet.warmup import key_may_go_to
+from ansible.module_utils.lingbot_fleet.lingbot.layout import PLAN_PATH, on_root
+from ansible.module_utils.lingbot_fleet.lingbot.warmup import key_may_go_to
+from ansible.module_utils.lingbot_fleet.node import values
 
 SETTING_OPTIONS = (
     "requests",

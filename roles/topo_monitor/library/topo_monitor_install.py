@@ -11,7 +11,7 @@ description:
   - Installs what the path monitor needs on a node in one call, and touches nothing that
     is already right.
   - The program is one zipapp built on the controller by the action plugin of the same
-    name (C(lingbot_fleet.nodeapp)), installed at O(app_path) (C(0755)). The module
+    name (C(lingbot_fleet.controller.nodeapp)), installed at O(app_path) (C(0755)). The module
     compares the file's sha256 with O(app_checksum); when they differ and O(app_src) is
     not given, it writes nothing and returns RV(app_upload_required), and the action
     plugin uploads the archive and runs it again with O(app_src).
@@ -150,7 +150,7 @@ actions:
 receipt:
   description:
     - The receipt of what was verified (C(/var/lib/lingbot-fleet/receipts/topo_monitor.json),
-      see C(lingbot_fleet.receipts)) - C(written), C(unchanged), C(not written) with the
+      see C(lingbot_fleet.node.receipts)) - C(written), C(unchanged), C(not written) with the
       reason, or C(stands) when the action plugin answered from it without a module call.
   returned: success, not in check mode
   type: str
@@ -173,7 +173,6 @@ import tempfile
 from dataclasses import dataclass
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.lingbot_fleet import receipts
 from ansible.module_utils.lingbot_fleet.monitor.config import (
     MonitorConfigError,
     config_text,
@@ -191,7 +190,8 @@ from ansible.module_utils.lingbot_fleet.monitor.units import (
     UnitValueError,
     unit_files,
 )
-from ansible.module_utils.lingbot_fleet.nodefiles import (
+from ansible.module_utils.lingbot_fleet.node import receipts
+from ansible.module_utils.lingbot_fleet.node.nodefiles import (
     GENERATION_ARGUMENT_SPEC,
     NodeChanges,
     NodeFileError,
