@@ -14,6 +14,7 @@ from facts_support import LAB_SMI, REPO_ROOT, a6000_pair, boot_lab_node, nvml_li
 
 from lingbot_fleet.gpu import persistence
 from lingbot_fleet.gpu.persistence import GpuRead, PersistenceError, UnitState
+from lingbot_fleet.node import systemd as systemd_show
 
 LAB_UNIT = REPO_ROOT / "lab" / "node" / "systemd" / "nvidia-persistenced.service"
 FRAGMENT = "/lib/systemd/system/nvidia-persistenced.service"
@@ -73,7 +74,7 @@ def test_dropins_apply_by_file_name_across_directories() -> None:
 
 
 def test_show_output_becomes_the_unit_state() -> None:
-    show = persistence.parse_show(
+    show = systemd_show.parse_properties(
         "LoadState=loaded\nFragmentPath=/lib/systemd/system/nvidia-persistenced.service\n"
         f"DropInPaths={DROPIN} /run/x.conf\nUnitFileState=disabled\nActiveState=inactive\n"
         "MainPID=0\nNeedDaemonReload=yes\n"
@@ -496,7 +497,7 @@ def assessment_of(fake_node: FakeNode, **options: Any) -> dict[str, Any]:
     ).stdout
     return persistence.assess(
         NodeChanges(check_mode=True, root=str(fake_node.root)),
-        persistence.parse_show(shown),
+        systemd_show.parse_properties(shown),
         unit="nvidia-persistenced.service",
         dropin_dir=options.get("dropin_dir", DROPIN_DIR),
         uvm_at_boot=options.get("uvm_at_boot", False),

@@ -9,6 +9,7 @@ from pathlib import Path
 from lingbot_fleet.controller.receipt_action import digest_options
 from lingbot_fleet.monitor.install_options import INSTALL_ARGUMENT_SPEC, managed_files, unit_paths
 from lingbot_fleet.node import receipts
+from lingbot_fleet.node import systemd as systemd_show
 
 TIMER = "lingbot-fleet-monitor.timer"
 ACTIVE = {TIMER: {"Id": TIMER, "UnitFileState": "enabled", "ActiveState": "active"}}
@@ -125,6 +126,6 @@ def test_systemctl_show_of_several_units_is_parsed_per_unit() -> None:
         "ActiveState=active\n\nId=gone.service\nLoadState=not-found\nUnitFileState=\n"
         "ActiveState=inactive\n"
     )
-    units = receipts.parse_show_all(text)
+    units = systemd_show.parse_units(text)
     assert units[TIMER]["ActiveState"] == "active"
     assert units["gone.service"]["LoadState"] == "not-found"

@@ -31,7 +31,7 @@ import pytest
 from acs_support import PASSTHROUGH, SWITCH_PORTS
 from acs_support import Node as AcsNode
 from malformed_support import role_module, run_module
-from module_support import SERVICE, FakeSystemd, node_arguments
+from module_support import SERVICE_CODE, FakeSystemd, node_arguments
 from module_support import run as run_service
 
 from lingbot_fleet.boot import bootfiles, kernel_options
@@ -41,6 +41,7 @@ from lingbot_fleet.lingbot import service_options
 from lingbot_fleet.lingbot.service_reading import ANSWERS_READING
 from lingbot_fleet.monitor.install_options import INSTALL_ARGUMENT_SPEC
 from lingbot_fleet.node import nodefiles, receipts
+from lingbot_fleet.node import systemd as systemd_show
 
 REPO = Path(__file__).resolve().parents[2]
 DIGEST = "c" * 64
@@ -171,7 +172,9 @@ def lingbot_service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Scenario
     (root / "etc/systemd/system/multi-user.target.wants").mkdir(parents=True)
     for name in ("passwd", "group"):
         (root / "etc" / name).write_text("root:x:0:0::/root:/bin/sh\n")
-    monkeypatch.setattr(SERVICE, "readiness_once", lambda params, instance, state: ("ready", ""))
+    monkeypatch.setattr(
+        SERVICE_CODE, "readiness_once", lambda params, instance, state: ("ready", "")
+    )
     facts, probe = plan_support.lab_inputs("a6000-phb")
     inputs = {"facts": facts, "probe": probe, "policy": {}, "findings": []}
     systemd = FakeSystemd()
@@ -190,7 +193,7 @@ def lingbot_service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Scenario
         return {"failed": done.failed, **done.result}
 
     def show(units: list[str]) -> dict[str, dict[str, str]]:
-        return receipts.parse_show_all(systemd(["systemctl", "show", "--", *units]).stdout)
+        return systemd_show.parse_units(systemd(["systemctl", "show", "--", *units]).stdout)
 
     return Scenario(
         role=service_options.RECEIPT_ROLE,

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
+from lingbot_fleet.lingbot import service as service_code
 from lingbot_fleet.node import nodefiles
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +37,8 @@ def load_module() -> Any:
 
 
 SERVICE = load_module()
+# What the module does lives in the package; tests patch its readers there.
+SERVICE_CODE = service_code
 REAL_RUN_COMMAND = nodefiles.run_command
 MUTATING = ("daemon-reload", "enable", "disable", "start", "restart", "reset-failed", "stop")
 
@@ -128,7 +131,7 @@ def run(
     diff: bool = True,
 ) -> Done:
     """Call the module's run_module() with ``args``; returns what it would have printed."""
-    monkeypatch.setattr(SERVICE, "run_command", systemd)
+    monkeypatch.setattr(SERVICE_CODE, "run_command", systemd)
     monkeypatch.setattr(nodefiles, "run_command", systemd)
     full = {**args, "_ansible_check_mode": check_mode, "_ansible_diff": diff}
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import plan_support
 import pytest
-from module_support import SERVICE, FakeSystemd, node_arguments, run, tree
+from module_support import SERVICE_CODE, FakeSystemd, node_arguments, run, tree
 
 from lingbot_fleet.lingbot import layout, warmup
 from lingbot_fleet.plan import build_plan
@@ -44,7 +44,7 @@ def ready(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         checked.append(instance["name"])
         return "ready", ""
 
-    monkeypatch.setattr(SERVICE, "readiness_once", answer)
+    monkeypatch.setattr(SERVICE_CODE, "readiness_once", answer)
     return checked
 
 
@@ -378,7 +378,7 @@ def test_an_instance_that_owns_its_port_and_answers_is_ready() -> None:
     thread.start()
     try:
         port = server.server_address[1]
-        verdict = SERVICE.readiness_once(
+        verdict = SERVICE_CODE.readiness_once(
             {"health_host": "127.0.0.1", "api_key": ""},
             {"name": "main", "port": port},
             {"ActiveState": "active", "MainPID": str(os.getpid())},
@@ -401,7 +401,7 @@ def test_a_port_held_by_another_process_is_not_this_instance() -> None:
     try:
         assert other.stdout is not None
         port = int(other.stdout.readline().split(" port ")[1].split()[0])
-        verdict, why = SERVICE.readiness_once(
+        verdict, why = SERVICE_CODE.readiness_once(
             {"health_host": "127.0.0.1", "api_key": ""},
             {"name": "main", "port": port},
             {"ActiveState": "active", "MainPID": str(os.getpid())},
@@ -417,7 +417,7 @@ def test_nothing_listening_yet_means_wait() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    verdict, why = SERVICE.readiness_once(
+    verdict, why = SERVICE_CODE.readiness_once(
         {"health_host": "127.0.0.1", "api_key": ""},
         {"name": "main", "port": port},
         {"ActiveState": "active", "MainPID": str(os.getpid())},
@@ -429,9 +429,11 @@ def test_an_instance_that_is_not_ready_fails_with_its_journal(
     monkeypatch: pytest.MonkeyPatch, node: dict[str, Any]
 ) -> None:
     monkeypatch.setattr(
-        SERVICE, "readiness_once", lambda params, instance, state: ("waiting", "GET /metrics 503")
+        SERVICE_CODE,
+        "readiness_once",
+        lambda params, instance, state: ("waiting", "GET /metrics 503"),
     )
-    monkeypatch.setattr(SERVICE, "POLL_INTERVAL_S", 0.01)
+    monkeypatch.setattr(SERVICE_CODE, "POLL_INTERVAL_S", 0.01)
     done = run(
         monkeypatch,
         {**node, "plan": plan_of("a6000-phb"), "health_timeout_s": 0},
@@ -462,12 +464,12 @@ def test_a_failed_unit_fails_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_port_another_process_keeps_fails_the_instance(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
-        SERVICE,
+        SERVICE_CODE,
         "readiness_once",
         lambda params, instance, state: ("foreign", "port 8000 is held by a process outside"),
     )
-    monkeypatch.setattr(SERVICE, "FOREIGN_GRACE_S", 0.05)
-    monkeypatch.setattr(SERVICE, "POLL_INTERVAL_S", 0.01)
+    monkeypatch.setattr(SERVICE_CODE, "FOREIGN_GRACE_S", 0.05)
+    monkeypatch.setattr(SERVICE_CODE, "POLL_INTERVAL_S", 0.01)
     systemd = FakeSystemd(units={"lingbot@main.service": {"ActiveState": "active"}})
     done = run(
         monkeypatch,

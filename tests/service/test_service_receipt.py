@@ -11,13 +11,14 @@ from typing import Any
 
 import plan_support
 import pytest
-from module_support import SERVICE, FakeSystemd, node_arguments, run
+from module_support import SERVICE_CODE, FakeSystemd, node_arguments, run
 
 from lingbot_fleet.controller.ansible_data import controller_options
 from lingbot_fleet.controller.receipt_action import digest_options, receipt_digest
 from lingbot_fleet.lingbot import layout, service_options
 from lingbot_fleet.lingbot.service_reading import ANSWERS_READING
 from lingbot_fleet.node import receipts
+from lingbot_fleet.node import systemd as systemd_show
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="writes root-owned files")
 
@@ -39,7 +40,9 @@ def node(tmp_path: Path) -> dict[str, Any]:
 
 @pytest.fixture(autouse=True)
 def ready(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(SERVICE, "readiness_once", lambda params, instance, state: ("ready", ""))
+    monkeypatch.setattr(
+        SERVICE_CODE, "readiness_once", lambda params, instance, state: ("ready", "")
+    )
 
 
 class Task:
@@ -67,7 +70,7 @@ def reading(node: dict[str, Any], systemd: FakeSystemd, answering: bool = True) 
 
     def show(units: list[str]) -> dict[str, dict[str, str]]:
         argv = ["systemctl", "show", "--property=x", "--", *units]
-        return receipts.parse_show_all(systemd(argv).stdout)
+        return systemd_show.parse_units(systemd(argv).stdout)
 
     readers = {ANSWERS_READING: lambda recorded: dict.fromkeys(recorded, answering)}
     found = receipts.read_receipts(node["root"], show, NOW_S, readers)
@@ -254,12 +257,12 @@ def test_a_failed_readiness_check_removes_the_receipt(
     checked = run(monkeypatch, {**node, "plan": plan, "readiness_only": True}, systemd)
     assert not checked.failed, checked.msg
     assert receipt.exists()
-    monkeypatch.setattr(SERVICE, "readiness_once", lambda *_: ("failed", "it hangs"))
+    monkeypatch.setattr(SERVICE_CODE, "readiness_once", lambda *_: ("failed", "it hangs"))
     failed = run(monkeypatch, {**node, "plan": plan, "readiness_only": True}, systemd)
     assert failed.failed
     assert not receipt.exists()
     # The next converging call finds it ready again and writes it again.
-    monkeypatch.setattr(SERVICE, "readiness_once", lambda *_: ("ready", ""))
+    monkeypatch.setattr(SERVICE_CODE, "readiness_once", lambda *_: ("ready", ""))
     done = run(monkeypatch, {**node, "plan_inputs": inputs, "receipt_digest": DIGEST}, systemd)
     assert done.result["receipt"] == "written"
 

@@ -7,13 +7,11 @@ the temp root's grub defaults files and writes its grub.cfg (one entry, like gru
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -25,6 +23,7 @@ import lingbot_fleet.boot.grub
 import lingbot_fleet.node.generations
 import lingbot_fleet.node.nodefiles
 import lingbot_fleet.node.receipts
+from lingbot_fleet.boot import kernel_cmdline as kc
 from lingbot_fleet.boot.bootfiles import BOOT_STATE_READING, boot_state_digest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,18 +37,6 @@ DROPIN_TEXT = (
 )
 GENERATIONS = "var/lib/lingbot-fleet/generations"
 
-
-def load_module() -> ModuleType:
-    # tests/conftest.py maps ansible.module_utils.lingbot_fleet onto lingbot_fleet.
-    spec = importlib.util.spec_from_file_location("kernel_cmdline", LIBRARY / "kernel_cmdline.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["kernel_cmdline"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-kc = load_module()
 
 UPDATE_GRUB = """#!/bin/sh
 set -e

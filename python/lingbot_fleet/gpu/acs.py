@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..node.nodefiles import run_command
+from ..node.systemd import parse_properties
 
 SETPCI_VARIABLE = "pcie_acs_setpci"
 UNIT_NAME = "lingbot-fleet-acs-redirect-off.service"
@@ -291,7 +292,7 @@ def unit_state(systemctl: str) -> dict[str, str]:
     """LoadState, UnitFileState and ActiveState of the unit (read only)."""
     argv = [systemctl, "show", *(f"--property={name}" for name in UNIT_STATE_PROPERTIES)]
     done = run_command([*argv, "--", UNIT_NAME], check=False)
-    return dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+    return parse_properties(done.stdout)
 
 
 def apply(

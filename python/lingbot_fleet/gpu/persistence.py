@@ -71,16 +71,6 @@ def show_argv(systemctl: str, unit: str) -> list[str]:
     return [systemctl, "show", f"--property={','.join(SHOW_PROPERTIES)}", "--", unit]
 
 
-def parse_show(text: str) -> dict[str, str]:
-    """``systemctl show`` output (Key=value lines) as a dict."""
-    values: dict[str, str] = {}
-    for line in text.splitlines():
-        key, separator, value = line.partition("=")
-        if separator:
-            values[key.strip()] = value.strip()
-    return values
-
-
 @dataclass(frozen=True)
 class UnitState:
     """What systemd has loaded for the unit."""

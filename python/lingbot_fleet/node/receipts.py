@@ -44,6 +44,7 @@ from typing import Any
 
 from .atomic import write_atomic
 from .state_dirs import RECEIPTS_DIR
+from .systemd import parse_units
 
 # 2: the module's own result in data.result, evidence from NodeChanges.watched, no digest
 # of no_log options. A receipt of another schema is not read (nor returned to the controller).
@@ -298,21 +299,6 @@ def unchanged(entry: Any, digest: str, now_s: float) -> str | None:  # noqa: PLR
     return None
 
 
-def parse_show_all(text: str) -> dict[str, dict[str, str]]:
-    """``systemctl show --property=... -- a b`` output (blocks separated by blank lines,
-    each with Id=) as unit -> properties."""
-    units: dict[str, dict[str, str]] = {}
-    for block in text.split("\n\n"):
-        values: dict[str, str] = {}
-        for line in block.splitlines():
-            key, separator, value = line.partition("=")
-            if separator:
-                values[key.strip()] = value.strip()
-        if values.get("Id"):
-            units[values["Id"]] = values
-    return units
-
-
 # The option every module that keeps a receipt takes: the digest its action plugin
 # computed (lingbot_fleet.controller.receipt_action.receipt_digest). Without it no receipt is kept.
 RECEIPT_ARGUMENT_SPEC: dict[str, dict[str, Any]] = {"receipt_digest": {"type": "str"}}
@@ -328,7 +314,7 @@ def show_units(systemctl: str) -> Callable[[Sequence[str]], dict[str, dict[str, 
         done = run_command(
             [systemctl, "show", f"--property={properties}", "--", *units], check=False
         )
-        return parse_show_all(done.stdout) if done.rc == 0 else {}
+        return parse_units(done.stdout) if done.rc == 0 else {}
 
     return show
 

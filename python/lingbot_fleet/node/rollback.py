@@ -35,6 +35,7 @@ from ..boot import bootloader
 from ..boot.grub import next_boot, reboot_pending
 from . import generations, runlock
 from .nodefiles import NodeChanges, NodeFileError, run_command
+from .systemd import parse_properties
 
 EFFECTS_KEY = "effects_pending"
 SWAPPED_KEY = "rollback_swapped"
@@ -335,7 +336,7 @@ def _stop_and_disable(changes: NodeChanges, unit: str) -> None:
         ["systemctl", "show", "-p", "LoadState", "-p", "ActiveState", "-p", "UnitFileState", unit],
         check=False,
     )
-    state = dict(line.split("=", 1) for line in show.stdout.splitlines() if "=" in line)
+    state = parse_properties(show.stdout)
     if state.get("LoadState") == "not-found" and state.get("ActiveState") in ("inactive", ""):
         return
     raise NodeFileError(

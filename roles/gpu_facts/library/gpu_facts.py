@@ -197,7 +197,6 @@ from ansible.module_utils.lingbot_fleet.gpu.persistence import (
     DEFAULT_DROPIN_DIR,
     STATE_FACT_NAME,
     assess,
-    parse_show,
     show_argv,
 )
 from ansible.module_utils.lingbot_fleet.gpu.probe_saved import (
@@ -208,6 +207,7 @@ from ansible.module_utils.lingbot_fleet.gpu.probe_saved import (
 from ansible.module_utils.lingbot_fleet.lingbot.service_reading import ANSWERS_READING, answers
 from ansible.module_utils.lingbot_fleet.node import receipts
 from ansible.module_utils.lingbot_fleet.node.nodefiles import NodeChanges
+from ansible.module_utils.lingbot_fleet.node.systemd import parse_properties, parse_units
 
 
 def pynvml_in_venv(module: AnsibleModule, venv: str | None, sha1: str | None) -> bool | None:
@@ -229,7 +229,7 @@ def persistence_state(module: AnsibleModule) -> dict:
     changes = NodeChanges(check_mode=True, root=params["root"])
     state = assess(
         changes,
-        parse_show(out) if rc == 0 else {},
+        parse_properties(out) if rc == 0 else {},
         unit=unit,
         dropin_dir=params["persistence_dropin_dir"],
         uvm_at_boot=params["persistence_uvm_at_boot"],
@@ -253,7 +253,7 @@ def unit_states(module: AnsibleModule, units: list[str]) -> dict[str, dict[str, 
         [systemctl, "show", f"--property={properties}", "--", *units],
         environ_update={"LC_ALL": "C", "LANG": "C"},
     )
-    return receipts.parse_show_all(out) if rc == 0 else {}
+    return parse_units(out) if rc == 0 else {}
 
 
 # Where the toolkit's own units live, and how their names start (pcie_acs, topo_monitor).

@@ -186,6 +186,7 @@ from ansible.module_utils.lingbot_fleet.node.nodefiles import (
     NodeChanges,
     NodeFileError,
 )
+from ansible.module_utils.lingbot_fleet.node.systemd import parse_properties
 
 
 def read_unit(module: AnsibleModule) -> tuple[persistence.UnitState, str]:
@@ -203,7 +204,7 @@ def read_unit(module: AnsibleModule) -> tuple[persistence.UnitState, str]:
             stdout=out,
             stderr=err,
         )
-    return persistence.unit_state(unit, persistence.parse_show(out)), systemctl
+    return persistence.unit_state(unit, parse_properties(out)), systemctl
 
 
 def verify(module: AnsibleModule, changes: NodeChanges, started: bool, result: dict) -> bool:

@@ -197,6 +197,7 @@ from ansible.module_utils.lingbot_fleet.node.nodefiles import (
     NodeFileError,
     run_command,
 )
+from ansible.module_utils.lingbot_fleet.node.systemd import parse_properties
 
 ARGUMENT_SPEC = {
     **INSTALL_ARGUMENT_SPEC,
@@ -296,11 +297,7 @@ def timer_state(systemctl: str, timer: str) -> dict[str, str]:
         ],
         check=False,
     )
-    state = {}
-    for line in done.stdout.splitlines():
-        key, _, value = line.partition("=")
-        state[key.strip()] = value.strip()
-    return state
+    return parse_properties(done.stdout)
 
 
 def obsolete_files(real_dir: str, path: str) -> list[str]:
