@@ -11,12 +11,10 @@ import inspect
 import json
 import os
 import pwd
-import shutil
-import tempfile
 import time
 from typing import Any, NoReturn, Protocol
 
-from ..node import receipts, values
+from ..node import receipts, systemd, values
 from ..node.nodefiles import NodeChanges, run_command
 from ..node.systemd import parse_units
 from ..plan import PlanInputError
@@ -227,27 +225,20 @@ def unit_files(params: dict, instances: list[dict]) -> dict[str, str]:
 
 def verify_units(module: AnsibleModule, files: dict[str, str], names: list[str]) -> None:
     """systemd-analyze verify every instance in a private copy; fail on any complaint."""
-    analyze = module.get_bin_path("systemd-analyze", required=True)
-    workdir = tempfile.mkdtemp(prefix="lingbot-units.")
-    try:
-        for path, text in files.items():
-            copy = os.path.join(workdir, os.path.relpath(path, layout.UNIT_DIR))
-            os.makedirs(os.path.dirname(copy), exist_ok=True)
-            with open(copy, "w", encoding="utf-8") as handle:
-                handle.write(text)
-        argv = [analyze, "verify", *(os.path.join(workdir, layout.unit_name(n)) for n in names)]
-        done = run_command(argv, check=False)
-        said = done.stdout + done.stderr
-        ours = [line for line in said.splitlines() if workdir in line or "lingbot@" in line]
-        if done.rc != 0 or ours:
-            output = said.replace(workdir + "/", "").strip()
-            raise ServiceError(
-                "systemd-analyze verify refused the LingBot units; nothing was written:\n" + output,
-                rc=done.rc,
-                verify_output=output,
-            )
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    verified = systemd.verify_units(
+        module.get_bin_path("systemd-analyze", required=True),
+        {os.path.relpath(path, layout.UNIT_DIR): text for path, text in files.items()},
+        [layout.unit_name(name) for name in names],
+        watch=("lingbot@",),
+        prefix="lingbot-units.",
+    )
+    if verified.refused:
+        output = verified.output.strip()
+        raise ServiceError(
+            "systemd-analyze verify refused the LingBot units; nothing was written:\n" + output,
+            rc=verified.rc,
+            verify_output=output,
+        )
 
 
 def unit_states(systemctl: str, names: list[str]) -> dict[str, dict[str, str]]:

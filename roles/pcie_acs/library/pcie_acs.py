@@ -104,8 +104,6 @@ ansible_facts:
 """
 
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
@@ -115,8 +113,8 @@ from ansible.module_utils.lingbot_fleet.node.nodefiles import (
     GENERATION_ARGUMENT_SPEC,
     NodeChanges,
     NodeFileError,
-    run_command,
 )
+from ansible.module_utils.lingbot_fleet.node.systemd import verify_units
 
 
 def verifier(module: AnsibleModule):
@@ -126,21 +124,17 @@ def verifier(module: AnsibleModule):
     def verify(text: str) -> None:
         if not module.params["verify"]:
             return
-        analyze = module.get_bin_path("systemd-analyze", required=True)
-        workdir = tempfile.mkdtemp(prefix="lingbot-fleet-acs-unit.")
-        try:
-            path = os.path.join(workdir, acs.UNIT_NAME)
-            with open(path, "w", encoding="utf-8") as handle:
-                handle.write(text)
-            done = run_command([analyze, "verify", path], check=False)
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
-        output = (done.stdout + done.stderr).replace(workdir + "/", "")
-        complaints = [line for line in output.splitlines() if acs.UNIT_NAME in line]
-        if done.rc != 0 or complaints:
+        verified = verify_units(
+            module.get_bin_path("systemd-analyze", required=True),
+            {acs.UNIT_NAME: text},
+            [acs.UNIT_NAME],
+            watch=(acs.UNIT_NAME,),
+            prefix="lingbot-fleet-acs-unit.",
+        )
+        if verified.refused:
             raise acs.AcsError(
                 f"systemd-analyze verify refused {acs.UNIT_NAME}; nothing was written:\n"
-                + output.strip()
+                + verified.output.strip()
             )
 
     return verify

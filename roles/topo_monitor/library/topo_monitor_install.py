@@ -167,9 +167,7 @@ verify_output:
 
 import hashlib
 import os
-import shutil
 import stat
-import tempfile
 from dataclasses import dataclass
 
 from ansible.module_utils.basic import AnsibleModule
@@ -197,7 +195,7 @@ from ansible.module_utils.lingbot_fleet.node.nodefiles import (
     NodeFileError,
     run_command,
 )
-from ansible.module_utils.lingbot_fleet.node.systemd import parse_properties
+from ansible.module_utils.lingbot_fleet.node.systemd import parse_properties, verify_units
 
 ARGUMENT_SPEC = {
     **INSTALL_ARGUMENT_SPEC,
@@ -256,32 +254,6 @@ def wanted(params: dict) -> Wanted:
         ) from None
     directories = (os.path.dirname(params["config_path"]), config.state_dir, config.textfile_dir)
     return Wanted(text, files, directories)
-
-
-def verify_problems(analyze: str, units: dict[str, str]) -> tuple[int, str, list[str]]:
-    """systemd-analyze verify both units in a private directory: (rc, output, complaints).
-
-    A complaint is any line that names the private directory or one of the units: systemd
-    reports bad keys and values as warnings with exit status 0.
-    """
-    workdir = tempfile.mkdtemp(prefix="lingbot-fleet-monitor-units.")
-    try:
-        paths = []
-        for name, text in sorted(units.items()):
-            path = os.path.join(workdir, name)
-            with open(path, "w", encoding="utf-8") as handle:
-                handle.write(text)
-            paths.append(path)
-        done = run_command([analyze, "verify", *paths], check=False)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    output = (done.stdout + done.stderr).replace(workdir + "/", "")
-    complaints = [
-        line
-        for line in (done.stdout + done.stderr).splitlines()
-        if workdir in line or any(name in line for name in units)
-    ]
-    return done.rc, output, complaints
 
 
 def timer_state(systemctl: str, timer: str) -> dict[str, str]:
@@ -392,14 +364,19 @@ def install(module: AnsibleModule) -> dict:
         if changes.read(path) != want.units[name].encode("utf-8")
     ]
     if differing and params["verify"]:
-        analyze = module.get_bin_path("systemd-analyze", required=True)
-        rc, output, complaints = verify_problems(analyze, want.units)
-        if rc != 0 or complaints:
+        verified = verify_units(
+            module.get_bin_path("systemd-analyze", required=True),
+            want.units,
+            sorted(want.units),
+            watch=tuple(want.units),
+            prefix="lingbot-fleet-monitor-units.",
+        )
+        if verified.refused:
             raise InstallError(
                 "systemd-analyze verify refused the monitor's units; nothing was written:\n"
-                + output.strip(),
-                rc=rc,
-                verify_output=output,
+                + verified.output.strip(),
+                rc=verified.rc,
+                verify_output=verified.output,
             )
     if upload_required(changes, params):
         return {"changed": False, "app_upload_required": True}
