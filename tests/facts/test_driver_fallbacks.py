@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from facts_support import LAB_SMI, LabNode, a6000_pair, boot_lab_node
+from facts_support import LAB_SMI, SMI_COMMAND, LabNode, a6000_pair, boot_lab_node
 
 from lingbot_fleet.facts import gather_facts
+from lingbot_fleet.facts.schema import schema_problems
+from lingbot_fleet.gpu.linkcheck import LinkPolicy, check_links, driver_findings
 
 OLD_DRIVER_SMI = """#!/bin/sh
 # nvidia-smi of a driver older than the pcie.link.gen.gpumax field.
@@ -94,3 +96,62 @@ def test_topology_internal_between_two_gpus_is_not_self(
     monkeypatch.setattr(lab_pynvml, "nvmlDeviceGetTopologyCommonAncestor", lambda a, b: 0)
     facts = gather_facts(pair_node.root)
     assert facts["topology"] == [["X", "PIX"], ["PIX", "X"]]
+
+
+# --- the driver not loaded, or not to be asked ------------------------------------------------
+
+# The lab driver's state, as its nvidia-smi and its libnvidia-ml read it: gone, the driver
+# is not loaded.
+DRIVER_STATE = (Path("run/lingbot-lab/state.json"), Path("run/lingbot-lab/state.txt"))
+
+
+def test_a_driver_that_is_not_loaded_is_told_apart_and_is_critical(
+    pair_node: LabNode, lab_pynvml: Any
+) -> None:
+    """The lab's driver is not loaded when its state is gone (as after a reboot into a
+    kernel the module was not built for): NVML says Driver Not Loaded, nvidia-smi exits 9;
+    sysfs still lists both GPUs, and the node is critical, not ok."""
+    for path in DRIVER_STATE:
+        (pair_node.lab_root / path).unlink()
+    facts = gather_facts(pair_node.root, smi_command=SMI_COMMAND)
+    assert facts["sources"]["gpus"] == "sysfs"
+    assert facts["driver"]["state"] == "not_loaded"
+    assert [line.split(":")[0] for line in facts["driver"]["evidence"]] == [
+        "NVML",
+        "nvidia-smi exited 9",
+    ]
+    assert schema_problems(facts) == []
+    [finding] = [f for f in check_links(facts, LinkPolicy()) if f.code.startswith("GPU_DRIVER")]
+    bus_ids = [gpu["bdf"] for gpu in pair_node.state["gpus"]]
+    assert (finding.code, finding.severity, finding.subject) == (
+        "GPU_DRIVER_NOT_LOADED",
+        "critical",
+        "node",
+    )
+    assert finding.message == (
+        f"the NVIDIA driver is not loaded: 2 NVIDIA GPU(s) on the PCI bus ({', '.join(bus_ids)})"
+        " and none can be used"
+    )
+    assert "dkms" in finding.fix
+
+
+def test_a_driver_no_tool_can_ask_is_unknown_never_ok(
+    pair_node: LabNode, tmp_path: Path, no_pynvml: None
+) -> None:
+    facts = gather_facts(pair_node.root, smi_command=[str(tmp_path / "no-nvidia-smi")])
+    assert facts["driver"]["state"] == "unknown"
+    findings = [f for f in check_links(facts, LinkPolicy()) if f.code.startswith("GPU_DRIVER")]
+    assert [(f.code, f.severity) for f in findings] == [("GPU_DRIVER_UNKNOWN", "warning")]
+
+
+def test_a_driver_that_answers_gives_no_driver_finding(pair_node: LabNode, lab_pynvml: Any) -> None:
+    facts = gather_facts(pair_node.root)
+    assert facts["driver"] == {"state": "answers", "evidence": []}
+    assert not [f for f in check_links(facts, LinkPolicy()) if f.code.startswith("GPU_DRIVER")]
+
+
+def test_facts_of_an_older_toolkit_read_from_sysfs_alone_count_as_unknown() -> None:
+    facts = {"sources": {"gpus": "sysfs"}, "notes": ["n"], "gpus": [{"index": 0, "bus_id": "b"}]}
+    [finding] = driver_findings(facts)
+    assert (finding.code, finding.evidence) == ("GPU_DRIVER_UNKNOWN", {"driver": ["n"]})
+    assert driver_findings({**facts, "sources": {"gpus": "nvml"}}) == []

@@ -78,3 +78,44 @@ def test_audit_reports_the_implied_findings_and_changes_nothing(booted_lab, tmp_
 
     after = {spec.name: booted_lab.run(spec, TOOLKIT_FILES).stdout for spec in booted_lab.specs}
     assert after == before, "the audit changed files on a node"
+
+
+# The lab driver's state on a node; moved away, the simulated driver is not loaded (its
+# libnvidia-ml says Driver Not Loaded, its nvidia-smi exits 9), as after a reboot into a
+# kernel the NVIDIA module was not built for. sysfs still lists the GPUs.
+DRIVER_STATE = ("/run/lingbot-lab/state.json", "/run/lingbot-lab/state.txt")
+UNLOADED = "/run/lingbot-lab/unloaded"
+
+
+def test_a_node_whose_driver_is_not_loaded_is_critical_and_untouched(booted_lab, tmp_path):
+    spec = booted_lab.node("a6000-gen3")
+    before = booted_lab.run(spec, TOOLKIT_FILES).stdout
+    state_sums = booted_lab.run(spec, f"md5sum {' '.join(DRIVER_STATE)}").stdout
+    booted_lab.run(spec, f"mkdir -p {UNLOADED} && mv {' '.join(DRIVER_STATE)} {UNLOADED}/")
+    try:
+        audit = subprocess.run(
+            [
+                str(Path(sys.executable).parent / "lingbot-fleet"),
+                "audit",
+                "-i",
+                str(layout.LAB_INVENTORY),
+                "-l",
+                spec.name,
+                "--report-dir",
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=600,
+        )
+    finally:
+        booted_lab.run(spec, f"mv {UNLOADED}/* /run/lingbot-lab/ && rmdir {UNLOADED}")
+    assert booted_lab.run(spec, f"md5sum {' '.join(DRIVER_STATE)}").stdout == state_sums
+    assert audit.returncode == 1, audit.stdout + audit.stderr
+    [node] = json.loads((tmp_path / "fleet.json").read_text())["nodes"]
+    [driver] = [f for f in node["findings"] if f["code"] == "GPU_DRIVER_NOT_LOADED"]
+    assert (driver["severity"], driver["subject"]) == ("critical", "node")
+    assert driver["message"].startswith("the NVIDIA driver is not loaded: 2 NVIDIA GPU(s)")
+    assert any("Driver Not Loaded" in line for line in driver["evidence"]["driver"])
+    assert booted_lab.run(spec, TOOLKIT_FILES).stdout == before, "the audit changed files"

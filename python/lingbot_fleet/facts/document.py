@@ -25,26 +25,45 @@ def _empty_pcie() -> dict[str, Any]:
     }
 
 
+# facts["driver"]["state"]: the driver answered (NVML or nvidia-smi read the GPUs), said it
+# is not loaded (NVML's Driver Not Loaded, nvidia-smi's exit status 9), or neither could be
+# asked (no NVML binding, no nvidia-smi, another failure): unknown, never healthy.
+DRIVER_ANSWERS = "answers"
+DRIVER_NOT_LOADED = "not_loaded"
+DRIVER_UNKNOWN = "unknown"
+
+
 def read_driver_view(
     use_nvml: bool, nvml_python_path: Sequence[str], smi_command: Sequence[str]
-) -> tuple[dict[str, Any] | None, str, list[str]]:
-    """(what the driver says, its source, notes): NVML first (when ``use_nvml``), then
-    nvidia-smi."""
+) -> tuple[dict[str, Any] | None, str, list[str], dict[str, Any]]:
+    """(what the driver says, its source, notes, the driver's state): NVML first (when
+    ``use_nvml``), then nvidia-smi."""
     notes: list[str] = []
+    not_loaded: list[str] = []
     if use_nvml:
         try:
-            return read_nvml(load_pynvml(nvml_python_path)), "nvml", notes
+            return read_nvml(load_pynvml(nvml_python_path)), "nvml", notes, _answers()
         except NvmlUnavailableError as error:
             notes.append(f"NVML not used: {error}; GPU fields come from nvidia-smi")
+            if error.driver_not_loaded:
+                not_loaded.append(f"NVML: {error}")
     else:
         notes.append("NVML not used: turned off by the caller; GPU fields come from nvidia-smi")
     from .smi import SmiUnavailableError, read_smi  # noqa: PLC0415  (only the fallback needs it)
 
     try:
-        return read_smi(smi_command), "nvidia-smi", notes
+        return read_smi(smi_command), "nvidia-smi", notes, _answers()
     except SmiUnavailableError as error:
         notes.append(f"nvidia-smi not usable: {error}; only sysfs fields are known")
-    return None, "sysfs", notes
+        if error.driver_not_loaded:
+            not_loaded.append(f"nvidia-smi exited {error.returncode}: {error.output[:200]}")
+    if not_loaded:
+        return None, "sysfs", notes, {"state": DRIVER_NOT_LOADED, "evidence": not_loaded}
+    return None, "sysfs", notes, {"state": DRIVER_UNKNOWN, "evidence": notes[-2:]}
+
+
+def _answers() -> dict[str, Any]:
+    return {"state": DRIVER_ANSWERS, "evidence": []}
 
 
 def _merge_gpu(
@@ -125,7 +144,7 @@ def gather_facts(
     smi_command: Sequence[str] = ("nvidia-smi",),
 ) -> dict[str, Any]:
     """The facts document (schema FACTS_SCHEMA_VERSION) of the node whose root is `root`."""
-    driver, source, notes = read_driver_view(use_nvml, nvml_python_path, smi_command)
+    driver, source, notes, driver_state = read_driver_view(use_nvml, nvml_python_path, smi_command)
     iommu = sysfs.iommu_facts(root)
     gpus = _gpu_list(driver, root, iommu)
     matrices = source if driver is not None and len(gpus) > 0 else "none"
@@ -144,6 +163,7 @@ def gather_facts(
         },
         "notes": notes,
         "driver_version": (driver or {}).get("driver_version"),
+        "driver": driver_state,
         "kernel": {"cmdline": sysfs.read_cmdline(root)},
         "host": {"numactl_path": find_program("numactl", root)},
         "iommu": iommu,

@@ -25,8 +25,17 @@ NVLINK_MAX_LINKS = 18
 MIG_WORDS = {0: "disabled", 1: "enabled"}
 
 
+# nvmlReturn_t NVML_ERROR_DRIVER_NOT_LOADED: the library is there, the kernel driver is not.
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+
+
 class NvmlUnavailableError(Exception):
-    """pynvml cannot be imported, or NVML cannot be initialized; str() says which."""
+    """pynvml cannot be imported, or NVML cannot be initialized; str() says which, and
+    ``driver_not_loaded`` whether NVML said the kernel driver is not loaded."""
+
+    def __init__(self, message: str, *, driver_not_loaded: bool = False) -> None:
+        super().__init__(message)
+        self.driver_not_loaded = driver_not_loaded
 
 
 def _search_also(extra_paths: Sequence[str]) -> None:
@@ -82,7 +91,10 @@ class NvmlReader:
         try:
             self.nvml.nvmlInit()
         except self.nvml.NVMLError as error:
-            raise NvmlUnavailableError(f"nvmlInit failed: {error}") from None
+            raise NvmlUnavailableError(
+                f"nvmlInit failed: {error}",
+                driver_not_loaded=getattr(error, "value", None) == NVML_ERROR_DRIVER_NOT_LOADED,
+            ) from None
         return self
 
     def __exit__(self, *_exc: object) -> None:

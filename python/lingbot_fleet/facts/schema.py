@@ -22,8 +22,10 @@ TOP_LEVEL_KEYS = (
     "p2p",
 )
 # Added within schema 1: a reader treats a document without them as "unknown".
-OPTIONAL_TOP_LEVEL_KEYS = ("host",)
+OPTIONAL_TOP_LEVEL_KEYS = ("host", "driver")
 HOST_KEYS = ("numactl_path",)
+# facts["driver"]["state"] (facts/document.py says when each is given).
+DRIVER_STATES = ("answers", "not_loaded", "unknown")
 GPU_KEYS = (
     "index",
     "lost",
@@ -64,6 +66,12 @@ def schema_problems(document: Mapping[str, Any]) -> list[str]:
     if "host" in document:
         host = document["host"] if isinstance(document["host"], dict) else {}
         problems += [f"host: missing key {key}" for key in HOST_KEYS if key not in host]
+    if "driver" in document:
+        driver = document["driver"] if isinstance(document["driver"], dict) else {}
+        if driver.get("state") not in DRIVER_STATES:
+            problems.append(
+                f"driver: state is {driver.get('state')!r}, not one of {', '.join(DRIVER_STATES)}"
+            )
     for position, gpu in enumerate(document.get("gpus", [])):
         problems += [f"gpus[{position}]: missing key {key}" for key in GPU_KEYS if key not in gpu]
         pcie = gpu.get("pcie") or {}

@@ -38,6 +38,8 @@ P2P_LETTERS = {"read": "r", "write": "w", "nvlink": "n", "atomics": "a"}
 COMMAND_TIMEOUT_S = 30
 # nvidia-smi exits 15 when a GPU is lost but still prints the others.
 EXIT_GPU_LOST = 15
+# nvidia-smi's exit status when it cannot talk to the kernel driver (not loaded).
+EXIT_DRIVER_NOT_LOADED = 9
 EXIT_INVALID_ARGUMENT = 2
 
 
@@ -48,6 +50,10 @@ class SmiUnavailableError(Exception):
         super().__init__(message)
         self.returncode = returncode
         self.output = output
+
+    @property
+    def driver_not_loaded(self) -> bool:
+        return self.returncode == EXIT_DRIVER_NOT_LOADED
 
 
 def run_smi(command: Sequence[str], arguments: Sequence[str]) -> str:

@@ -743,6 +743,58 @@ def lost_findings(gpu: Mapping[str, Any]) -> list[Finding]:
     ]
 
 
+def driver_findings(facts: Mapping[str, Any]) -> list[Finding]:
+    """NVIDIA GPUs on the PCI bus that no driver answers for: critical when the driver said
+    it is not loaded (after a reboot into a kernel its module was not built for, the GPUs
+    sit on the bus unusable), a warning when it could not be asked (unknown, never ok).
+    A facts document from before the driver's state was recorded counts as unknown when
+    only sysfs was read."""
+    gpus = facts.get("gpus") or []
+    driver = facts.get("driver") if isinstance(facts.get("driver"), Mapping) else None
+    if driver is None:
+        state = "unknown" if (facts.get("sources") or {}).get("gpus") == "sysfs" else "answers"
+        evidence: Any = facts.get("notes") or []
+    else:
+        state, evidence = driver.get("state"), driver.get("evidence") or []
+    if not gpus or state == "answers":
+        return []
+    bus_ids = _gpu_list([gpu.get("bus_id") or f"GPU {gpu.get('index')}" for gpu in gpus])
+    if state == "not_loaded":
+        return [
+            Finding(
+                code="GPU_DRIVER_NOT_LOADED",
+                severity="critical",
+                subject="node",
+                message=(
+                    f"the NVIDIA driver is not loaded: {len(gpus)} NVIDIA GPU(s) on the PCI bus"
+                    f" ({bus_ids}) and none can be used"
+                ),
+                evidence={"driver": evidence, "bus_ids": [gpu.get("bus_id") for gpu in gpus]},
+                fix=(
+                    "load it (modprobe nvidia); when that fails, its module is not built for"
+                    " the running kernel (uname -r): build it (dkms status; dkms autoinstall)"
+                    " or boot the kernel it was built for, then run site.yml again"
+                ),
+            )
+        ]
+    return [
+        Finding(
+            code="GPU_DRIVER_UNKNOWN",
+            severity="warning",
+            subject="node",
+            message=(
+                f"neither NVML nor nvidia-smi could be read, so whether the driver answers for"
+                f" the {len(gpus)} NVIDIA GPU(s) on the PCI bus ({bus_ids}) is unknown"
+            ),
+            evidence={"driver": evidence},
+            fix=(
+                "install the driver's nvidia-smi, or the nvidia-ml-py package where gpu_facts"
+                " runs (gpu_facts_nvml_package), and gather the facts again"
+            ),
+        )
+    ]
+
+
 def check_links(
     facts: Mapping[str, Any],
     policy: LinkPolicy,
@@ -759,7 +811,7 @@ def check_links(
             for bus_id, sample in samples.items()
             if sample.get("host_copy")
         }
-    findings: list[Finding] = []
+    findings: list[Finding] = driver_findings(facts)
     for gpu in facts.get("gpus", []):
         if gpu.get("lost"):
             findings += lost_findings(gpu)
