@@ -12,6 +12,7 @@ import pytest
 from facts_support import LAB_SMI, SMI_COMMAND, LabNode, a6000_pair, boot_lab_node
 
 from lingbot_fleet.facts import gather_facts
+from lingbot_fleet.facts.document import _gpu_list
 from lingbot_fleet.facts.schema import schema_problems
 from lingbot_fleet.gpu.linkcheck import LinkPolicy, check_links, driver_findings
 
@@ -155,3 +156,19 @@ def test_facts_of_an_older_toolkit_read_from_sysfs_alone_count_as_unknown() -> N
     [finding] = driver_findings(facts)
     assert (finding.code, finding.evidence) == ("GPU_DRIVER_UNKNOWN", {"driver": ["n"]})
     assert driver_findings({**facts, "sources": {"gpus": "nvml"}}) == []
+
+
+def test_a_gpu_on_the_bus_the_driver_does_not_list_is_lost_by_its_own_bus_id(
+    pair_node: LabNode,
+) -> None:
+    """The driver lists only the second GPU (the first failed to initialise): the first is
+    a lost GPU with its own bus id, not a second entry for the GPU the driver answers for."""
+    first, second = (gpu["bdf"] for gpu in pair_node.state["gpus"])
+    driver = {"gpus": [{"index": 0, "bus_id": second, "uuid": "GPU-b", "lost": False}]}
+    gpus = _gpu_list(driver, pair_node.root, {"groups": {}})
+    assert [(gpu["index"], gpu["bus_id"], gpu["lost"]) for gpu in gpus] == [
+        (0, second, False),
+        (1, first, True),
+    ]
+    [lost] = [f for f in check_links({"gpus": gpus}, LinkPolicy()) if f.code == "GPU_LOST"]
+    assert (lost.severity, lost.subject) == ("critical", first)

@@ -108,16 +108,24 @@ def _merge_gpu(
 def _gpu_list(
     driver: dict[str, Any] | None, root: str | Path, iommu: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    """Driver GPUs by index; GPUs the driver lost keep their place from sysfs bus order."""
+    """Driver GPUs by index, then every NVIDIA GPU on the PCI bus the driver does not
+    answer for: a GPU lost after its handle, or one the driver does not list at all (it
+    failed to initialise). Those take the indexes left, in bus order, with the bus ids no
+    driver GPU has, so a lost GPU is named by its own bus id, never by a neighbour's."""
     sysfs_bus_ids = sysfs.nvidia_gpu_bus_ids(root)
     by_index = {gpu["index"]: gpu for gpu in (driver or {}).get("gpus", [])}
-    count = max(len(sysfs_bus_ids), max(by_index, default=-1) + 1)
+    answered = {str(gpu.get("bus_id")).lower() for gpu in by_index.values() if gpu.get("bus_id")}
+    unanswered = [bus_id for bus_id in sysfs_bus_ids if bus_id.lower() not in answered]
+    # A driver GPU without a bus id (lost after its handle) takes one of the unanswered.
+    without_bus_id = sum(1 for gpu in by_index.values() if not gpu.get("bus_id"))
+    not_listed = max(0, len(unanswered) - without_bus_id)
+    count = max(max(by_index, default=-1) + 1, len(by_index) + not_listed)
     gpus = []
     for index in range(count):
         driver_gpu = by_index.get(index)
         bus_id = (driver_gpu or {}).get("bus_id")
         if bus_id is None:
-            bus_id = sysfs_bus_ids[index] if index < len(sysfs_bus_ids) else ""
+            bus_id = unanswered.pop(0) if unanswered else ""
             if driver is not None:
                 driver_gpu = {**(driver_gpu or {}), "lost": True}
         gpus.append(_merge_gpu(index, driver_gpu, bus_id, root, iommu))
