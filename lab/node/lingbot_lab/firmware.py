@@ -56,8 +56,15 @@ def boot(root: str, profile_path: Path, link_prefix: str) -> dict[str, Any]:
     write_atomically(lab / "boot_id", f"{uuid.uuid4()}\n")
     copy_random_dir(root, lab)
     state = compute_state(profile, cmdline)
-    write_atomically(lab / "state.json", json.dumps(state, indent=2) + "\n")
-    write_atomically(lab / "state.txt", flatten_state(state))
+    # The driver's view of the hardware. Without it (fault driver_not_loaded: as after a
+    # boot into a kernel the NVIDIA module was not built for) the simulated NVML says Driver
+    # Not Loaded and nvidia-smi exits 9, while sysfs still lists the GPUs.
+    if any(fault["kind"] == "driver_not_loaded" for fault in profile["faults"]):
+        for name in ("state.json", "state.txt"):
+            (lab / name).unlink(missing_ok=True)
+    else:
+        write_atomically(lab / "state.json", json.dumps(state, indent=2) + "\n")
+        write_atomically(lab / "state.txt", flatten_state(state))
     (lab / "persistence").mkdir(exist_ok=True)
     (lab / "busy").mkdir(exist_ok=True)
     render_sysfs(state, profile, lab, link_prefix)

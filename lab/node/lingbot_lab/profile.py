@@ -22,7 +22,12 @@ MAX_PCIE_GEN = 5
 # Milliseconds of sustained copies before a link idling below max_gen retrains to it
 # (libnvidia-ml and nvidia-smi read it; libcuda's busy/<i> records the load).
 DEFAULT_LINK_RAMP_MS = 250
-FAULT_KINDS = ("gpu_lost", "p2p_write_drop_when_iommu_translated", "device_fails_after_copies")
+FAULT_KINDS = (
+    "gpu_lost",
+    "p2p_write_drop_when_iommu_translated",
+    "device_fails_after_copies",
+    "driver_not_loaded",
+)
 # A path's measured figure sets: what a copy of that kind takes (paths[].<key>).
 PATH_FIGURE_SETS = ("p2p", "host_staged", "p2p_iommu_translated", "p2p_without_acs_redirect")
 PATH_FIGURES = ("gbytes_per_s", "bidir_gbytes_per_s", "latency_ns")

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..gpu import boot_proof
 from ..node import receipts, values
 from ..node.nodefiles import NodeChanges, NodeFileError, run_command
 from ..node.rooted import on_root
@@ -649,6 +650,11 @@ def verify(params: dict[str, Any]) -> dict[str, Any]:
         problems = verification_problems(
             policy, evidence, require_gpu_numa=params["verify_gpu_numa"]
         )
+    gpu_problems: list[str] = []
+    if params["verify_gpus"]:
+        gpu_problems, evidence["gpu_proof"] = boot_proof.gpu_problems(
+            root, params["verify_gpus_before"]
+        )
     report = check_policy(parse_cmdline(evidence["cmdline"]), policy)
     running = split_words(evidence["cmdline"])
     result = {
@@ -657,15 +663,19 @@ def verify(params: dict[str, Any]) -> dict[str, Any]:
         "missing_running": [param.render() for param in report.missing],
         "unwanted_running": [param.render() for param in report.unwanted],
         "evidence": evidence,
-        "problems": problems,
+        "problems": problems + gpu_problems,
     }
+    sentences = []
     if problems:
         against = "policy" if params["verify_against"] == "policy" else "boot configuration"
-        raise ModuleError(
+        sentences.append(
             f"the running kernel does not follow the kernel command-line {against}: "
-            + "; ".join(problems),
-            **result,
+            + "; ".join(problems)
         )
+    if gpu_problems:
+        sentences.append("the GPUs did not come back: " + "; ".join(gpu_problems))
+    if sentences:
+        raise ModuleError(". ".join(sentences), **result)
     result["ansible_facts"] = {
         "kernel_cmdline_reboot_required": False,
         "kernel_cmdline_running": running,

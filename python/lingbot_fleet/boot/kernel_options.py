@@ -34,6 +34,8 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "root": {"type": "path", "default": "/"},
     "verify": {"type": "bool", "default": False},
     "verify_gpu_numa": {"type": "bool", "default": True},
+    "verify_gpus": {"type": "bool", "default": True},
+    "verify_gpus_before": {"type": "list", "elements": "str", "default": []},
     "verify_against": {"type": "str", "choices": ["policy", "configuration"], "default": "policy"},
     **GENERATION_ARGUMENT_SPEC,
     **RECEIPT_ARGUMENT_SPEC,

@@ -157,6 +157,20 @@ options:
         off on single-socket machines whose firmware reports no proximity at all.
     type: bool
     default: true
+  verify_gpus:
+    description:
+      - In verify mode, also prove the GPUs came back - every GPU of O(verify_gpus_before)
+        is on the PCI bus, and the NVIDIA driver (asked through NVML, else nvidia-smi)
+        is loaded and answers for every NVIDIA GPU on the bus. A driver that cannot be
+        asked at all proves nothing and fails nothing; the evidence says so.
+    type: bool
+    default: true
+  verify_gpus_before:
+    description:
+      - Bus ids of the NVIDIA GPUs the node had before the reboot (the facts' C(gpus[].bus_id)).
+    type: list
+    elements: str
+    default: []
   verify_against:
     description:
       - In verify mode, what the running kernel is held to. C(policy) - the present and
@@ -308,6 +322,10 @@ evidence:
     cmdline: "BOOT_IMAGE=/boot/vmlinuz ro iommu=pt"
     iommu_group_types: {"18": "identity"}
     gpus: [{"bdf": "0000:41:00.0", "numa_node": 0}]
+    gpu_proof:
+      gpus_on_bus: ["0000:41:00.0"]
+      gpus_before: ["0000:41:00.0"]
+      driver: {"state": "answers", "evidence": []}
 receipt:
   description:
     - C(written), C(unchanged), C(removed), C(none), C(not written) with the reason, or
