@@ -156,6 +156,10 @@ def test_a_reboot_that_comes_back_without_the_driver_fails_its_batch_and_stops(b
     )
     broken, not_reached = pair
     originals = {spec.name: pristine(spec, booted_lab) for spec in pair}
+    # Booted into the configuration as it was before the toolkit (an earlier test may have
+    # left a kernel with the parameters running): both need the reboot this run makes.
+    for spec in pair:
+        booted_lab.reboot(spec)
     boot_of_not_reached = booted_lab.boot_id(not_reached)
     booted_lab.run(broken, with_fault({"kind": "driver_not_loaded"}))
     try:
@@ -166,16 +170,16 @@ def test_a_reboot_that_comes_back_without_the_driver_fails_its_batch_and_stops(b
             "-e",
             "kernel_cmdline_reboot_batch=1",
         )
-        assert done.rc != 0
+        assert done.rc != 0, done.stdout[-4000:]
         failure = done.failed_tasks(broken.name)[-1]
         message = failure.result["msg"]
         assert message.startswith(f"{broken.name} was rebooted to apply the kernel"), message
         assert "the GPUs did not come back: the NVIDIA driver is not loaded after the" in message
         assert "No further node of this play is rebooted." in message
-        [stopped] = done.failed_tasks(not_reached.name)
-        assert stopped.result["msg"].startswith(
-            f"not rebooted: the rolling reboot stopped because {broken.name} failed earlier"
-        )
+        # Its whole batch failed, so Ansible ends the play there: the next batch's node is
+        # never reached, let alone rebooted. (A batch that only partly fails lets the next
+        # one run into "Stop the rolling reboot": the node that never comes back shows it.)
+        assert not done.results(not_reached.name, action="kernel_cmdline")
         assert booted_lab.boot_id(not_reached) == boot_of_not_reached
     finally:
         booted_lab.run(broken, "mv /root/profile.json /opt/lingbot-lab/profile.json")
