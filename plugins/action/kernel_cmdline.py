@@ -6,8 +6,9 @@ boot file, /proc/cmdline, the boot id). gpu_facts, read first in the run, return
 receipt with that evidence now (``ansible_facts.lingbot_receipts``). When the digest of this
 task's options and of the toolkit's code is the receipt's and nothing moved, this plugin
 answers with the module's recorded result (``receipt_action.answer``), without a
-connection. Anything else (verify mode, a delegated or async task, no receipt, any file or
-the boot changed) runs the module, with the digest its receipt is to keep.
+connection. Anything else (verify or guard_reboot mode, a delegated or async task, no
+receipt, any file or the boot changed) runs the module, with the digest its receipt is to
+keep.
 docs/converged-runs.md is the contract.
 """
 
@@ -49,7 +50,7 @@ class ActionModule(ActionBase):
             except ValueRefusedError as error:
                 result.update(failed=True, changed=False, msg=str(error))
                 return result
-        if params is not None and not params["verify"]:
+        if params is not None and not (params["verify"] or params["guard_reboot"]):
             said = answer(
                 self,
                 MODULE,

@@ -15,6 +15,7 @@ import pytest
 
 from lingbot_fleet.audit.node_document import complete_node, kernel_section
 from lingbot_fleet.boot.bootfiles import BootFileError, read_boot_files
+from lingbot_fleet.boot.driver_modules import read_kernel_modules
 from lingbot_fleet.facts.audit_reading import kernel_files, read_node
 from lingbot_fleet.node import generations
 from lingbot_fleet.node.generation_snapshot import SnapshotReader, read_generations
@@ -115,7 +116,7 @@ def test_the_kernel_section_is_the_same_read_on_the_node_or_from_its_files(
 ) -> None:
     files, links = BOOT_CASES[case]
     root = lay_out(tmp_path / "node", files, links)
-    on_node = kernel_section(root, "GenuineIntel")
+    on_node = kernel_section(root, "GenuineIntel", read_kernel_modules(root))
     completed = complete_node(
         sent({"kernel": {**kernel_files(root), "cpu_vendor": "GenuineIntel"}})
     )

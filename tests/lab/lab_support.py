@@ -36,9 +36,9 @@ def recap(run: PlaybookRun, host: str) -> dict[str, int]:
     return {**counts, "failed": counts["failures"], "unreachable": counts["dark"]}
 
 
-def audit_findings(spec, report_dir: Path) -> list[str]:
-    """The codes of the findings `lingbot-fleet audit -l <node>` reports for one node."""
-    done = subprocess.run(
+def run_audit(spec, report_dir: Path) -> subprocess.CompletedProcess:
+    """`lingbot-fleet audit -l <node>` with its reports in ``report_dir``."""
+    return subprocess.run(
         [
             str(Path(sys.executable).parent / "lingbot-fleet"),
             "audit",
@@ -54,6 +54,16 @@ def audit_findings(spec, report_dir: Path) -> list[str]:
         check=False,
         timeout=600,
     )
-    assert done.returncode in (0, 1), done.stdout + done.stderr
+
+
+def audited_node(report_dir: Path) -> dict:
+    """The one node of the audit's fleet.json."""
     [node] = json.loads((report_dir / "fleet.json").read_text())["nodes"]
-    return sorted(finding["code"] for finding in node["findings"])
+    return node
+
+
+def audit_findings(spec, report_dir: Path) -> list[str]:
+    """The codes of the findings `lingbot-fleet audit -l <node>` reports for one node."""
+    done = run_audit(spec, report_dir)
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    return sorted(finding["code"] for finding in audited_node(report_dir)["findings"])

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lab_support import audited_node, run_audit
+
 from lingbot_fleet.lab import layout
 
 TOOLKIT_FILES = (
@@ -93,28 +95,13 @@ def test_a_node_whose_driver_is_not_loaded_is_critical_and_untouched(booted_lab,
     state_sums = booted_lab.run(spec, f"md5sum {' '.join(DRIVER_STATE)}").stdout
     booted_lab.run(spec, f"mkdir -p {UNLOADED} && mv {' '.join(DRIVER_STATE)} {UNLOADED}/")
     try:
-        audit = subprocess.run(
-            [
-                str(Path(sys.executable).parent / "lingbot-fleet"),
-                "audit",
-                "-i",
-                str(layout.LAB_INVENTORY),
-                "-l",
-                spec.name,
-                "--report-dir",
-                str(tmp_path),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=600,
-        )
+        audit = run_audit(spec, tmp_path)
     finally:
         booted_lab.run(spec, f"mv {UNLOADED}/* /run/lingbot-lab/ && rmdir {UNLOADED}")
     assert booted_lab.run(spec, f"md5sum {' '.join(DRIVER_STATE)}").stdout == state_sums
     assert audit.returncode == 1, audit.stdout + audit.stderr
-    [node] = json.loads((tmp_path / "fleet.json").read_text())["nodes"]
-    [driver] = [f for f in node["findings"] if f["code"] == "GPU_DRIVER_NOT_LOADED"]
+    findings = audited_node(tmp_path)["findings"]
+    [driver] = [f for f in findings if f["code"] == "GPU_DRIVER_NOT_LOADED"]
     assert (driver["severity"], driver["subject"]) == ("critical", "node")
     assert driver["message"].startswith("the NVIDIA driver is not loaded: 2 NVIDIA GPU(s)")
     assert any("exited 9" in line for line in driver["evidence"]["driver"]), driver["evidence"]

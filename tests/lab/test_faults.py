@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from lab_support import ANSIBLE_ENV, recap, run_playbook
+from lab_support import ANSIBLE_ENV, audited_node, recap, run_audit, run_playbook
 
 from lingbot_fleet.lab import layout
 
@@ -187,6 +187,53 @@ def test_a_reboot_that_comes_back_without_the_driver_fails_its_batch_and_stops(b
     for spec in pair:
         rollback_to_zero(spec, booted_lab)
         assert booted_lab.run(spec, TOOLKIT_FILES).stdout == originals[spec.name]
+
+
+# A kernel update whose DKMS build failed: the image and an empty modules directory, made
+# grub's default entry by update-grub (the newest kernel first), as the kernel's package does.
+NEWER_KERNEL = "6.1.0-99-amd64"
+INSTALL_NEWER_KERNEL = (
+    f"touch /boot/vmlinuz-{NEWER_KERNEL} /boot/initrd.img-{NEWER_KERNEL} && "
+    f"mkdir -p /lib/modules/{NEWER_KERNEL}/kernel && "
+    f"touch /lib/modules/{NEWER_KERNEL}/modules.dep && update-grub"
+)
+REMOVE_NEWER_KERNEL = (
+    f"rm -rf /boot/vmlinuz-{NEWER_KERNEL} /boot/initrd.img-{NEWER_KERNEL} "
+    f"/lib/modules/{NEWER_KERNEL} && update-grub"
+)
+
+
+def test_a_next_boot_without_the_nvidia_module_is_not_rebooted_into(booted_lab, tmp_path):
+    """The default boot entry's kernel has no NVIDIA module: the node that needs a reboot
+    is not rebooted, fails naming the kernel and the fix, and the audit reports it."""
+    spec = fault_nodes(booted_lab, "a6000-gen3")
+    original = pristine(spec, booted_lab)
+    # Booted into the configuration as it was before the toolkit: this run needs a reboot.
+    booted_lab.reboot(spec)
+    boot = booted_lab.boot_id(spec)
+    booted_lab.run(spec, INSTALL_NEWER_KERNEL)
+    try:
+        done = run_playbook("site.yml", spec.name, *REBOOT)
+        assert done.rc != 0, done.stdout[-4000:]
+        failure = done.failed_tasks(spec.name)[-1]
+        assert failure.task.endswith("Refuse a reboot that would lose the GPU driver"), failure.task
+        assert failure.result["msg"].startswith(
+            "not rebooted, the node keeps running as it is: the next boot's kernel "
+            f"{NEWER_KERNEL} has no NVIDIA kernel module (/lib/modules/{NEWER_KERNEL}: "
+        ), failure.result["msg"]
+        assert f"dkms autoinstall -k {NEWER_KERNEL}" in failure.result["msg"]
+        assert booted_lab.boot_id(spec) == boot
+        audit = run_audit(spec, tmp_path)
+        assert audit.returncode == 1, audit.stdout + audit.stderr
+        findings = audited_node(tmp_path)["findings"]
+        [lost] = [f for f in findings if f["code"] == "NEXT_BOOT_LOSES_GPU_DRIVER"]
+        assert lost["severity"] == "error"
+        assert lost["evidence"]["kernel"] == NEWER_KERNEL
+        assert lost["evidence"]["state"] == "missing"
+    finally:
+        booted_lab.run(spec, REMOVE_NEWER_KERNEL)
+    rollback_to_zero(spec, booted_lab)
+    assert booted_lab.run(spec, TOOLKIT_FILES).stdout == original
 
 
 def test_a_killed_provision_run_is_finished_by_the_next_and_nothing_is_lost(booted_lab):

@@ -94,3 +94,30 @@ def test_bad_profile_fails_with_the_validation_message(tmp_path):
         "lingbot-lab-firmware: profile a6000-phb: gpus[1].parent: unknown parent "
         "'0000:40:07.1' of 0000:42:00.0; fix: name a port's bdf\n"
     )
+
+
+def test_a_boot_into_a_kernel_without_the_nvidia_module_has_no_driver(tmp_path):
+    """The installation builds the module for its kernel (as the driver's DKMS package
+    does); a newer kernel installed without one becomes grub's default, and its boot has
+    the GPUs on the bus and no driver, until the module is built for it."""
+    install_profile(tmp_path, "a6000-phb")
+    lab = tmp_path / "run/lingbot-lab"
+    boot(tmp_path)
+    module = tmp_path / f"lib/modules/{KERNEL}/updates/dkms/nvidia-current.ko"
+    assert module.is_file()
+    newer = "6.1.0-99-amd64"
+    (tmp_path / f"boot/vmlinuz-{newer}").write_bytes(b"")
+    assert run_tool("update-grub", tmp_path).returncode == 0
+    result = run_tool("lingbot-lab-firmware", tmp_path, "--no-mount")
+    assert result.returncode == 0, result.stderr
+    assert (lab / "cmdline").read_text().startswith(f"BOOT_IMAGE=/boot/vmlinuz-{newer} ")
+    assert not (lab / "state.json").exists()
+    assert not (lab / "state.txt").exists()
+    assert (lab / "sys/bus/pci/devices/0000:41:00.0").exists()
+    # The module built for the new kernel (dkms autoinstall -k): the driver is back.
+    built = tmp_path / f"lib/modules/{newer}/updates/dkms/nvidia-current.ko"
+    built.parent.mkdir(parents=True)
+    built.write_bytes(b"")
+    (tmp_path / f"lib/modules/{newer}/modules.dep").write_text("updates/dkms/nvidia-current.ko:\n")
+    state = boot(tmp_path)
+    assert state["boot"]["cmdline"].startswith(f"BOOT_IMAGE=/boot/vmlinuz-{newer} ")

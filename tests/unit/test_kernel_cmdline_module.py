@@ -145,6 +145,7 @@ def params(root: Path, **overrides: Any) -> dict[str, Any]:
         "verify_gpus": False,
         "verify_gpus_before": [],
         "verify_against": "policy",
+        "guard_reboot": False,
         "receipt_digest": None,
     }
     values.update(overrides)
@@ -722,6 +723,107 @@ def test_verify_numa_check_can_be_turned_off(tmp_path: Path) -> None:
     node = Node(tmp_path, DEBIAN12, RUNNING_NEW)
     make_sysfs(node.root, "identity", "-1")
     assert kc.verify(params(node.root, verify=True, verify_gpu_numa=False))["problems"] == []
+
+
+# --- guard_reboot: before a reboot --------------------------------------------------------
+
+
+def install_kernel(root: Path, release: str, module: str | None) -> None:
+    """A kernel as its package leaves it (image, modules directory, modules.dep), with the
+    NVIDIA module DKMS built for it, or none (``module`` None: the DKMS build failed)."""
+    (root / "boot").mkdir(exist_ok=True)
+    (root / f"boot/vmlinuz-{release}").write_bytes(b"")
+    modules = root / "lib/modules" / release
+    (modules / "kernel").mkdir(parents=True)
+    dep = "kernel/drivers/net/e1000e.ko:\n"
+    if module is not None:
+        (modules / module).parent.mkdir(parents=True, exist_ok=True)
+        (modules / module).write_bytes(b"\x7fELF")
+        dep += f"{module}:\n"
+    (modules / "modules.dep").write_text(dep)
+
+
+def boot_entry_kernel(node: Node, release: str) -> None:
+    """grub.cfg's default entry boots ``release`` (as update-grub writes it after a kernel
+    update makes it the newest)."""
+    cfg = node.root / "boot/grub/grub.cfg"
+    cfg.write_text(cfg.read_text().replace("vmlinuz-6.1.0-18-amd64", f"vmlinuz-{release}"))
+
+
+def test_guard_lets_a_reboot_into_a_kernel_with_its_nvidia_module_go(tmp_path: Path) -> None:
+    node = installed(tmp_path)
+    configure(node)
+    make_sysfs(node.root, "identity", "0")
+    install_kernel(node.root, "6.1.0-18-amd64", "updates/dkms/nvidia-current.ko")
+    before = node.snapshot()
+    result = kc.guard_reboot(params(node.root, guard_reboot=True))
+    assert result["changed"] is False
+    assert result["gpus_on_bus"] == ["0000:41:00.0"]
+    assert result["next_boot_driver"]["kernel"] == "6.1.0-18-amd64"
+    assert result["next_boot_driver"]["state"] == "built"
+    assert result["next_boot_driver"]["modules"] == ["updates/dkms/nvidia-current.ko"]
+    assert node.snapshot() == before
+
+
+def test_guard_refuses_a_reboot_into_a_kernel_without_the_nvidia_module(tmp_path: Path) -> None:
+    """A kernel update whose DKMS build failed became the default entry."""
+    node = installed(tmp_path)
+    configure(node)
+    make_sysfs(node.root, "identity", "0")
+    install_kernel(node.root, "6.1.0-18-amd64", "updates/dkms/nvidia-current.ko")
+    install_kernel(node.root, "6.1.0-99-amd64", None)
+    boot_entry_kernel(node, "6.1.0-99-amd64")
+    before = node.snapshot()
+    with pytest.raises(kc.ModuleError) as caught:
+        kc.guard_reboot(params(node.root, guard_reboot=True))
+    assert caught.value.msg == (
+        "not rebooted, the node keeps running as it is: the next boot's kernel 6.1.0-99-amd64 "
+        "has no NVIDIA kernel module (/lib/modules/6.1.0-99-amd64: no nvidia.ko or "
+        "nvidia-current.ko in updates/dkms, extra, weak-updates or kernel/), so the GPUs "
+        "would come back without their driver. Fix: build it (dkms autoinstall -k "
+        "6.1.0-99-amd64, or install the precompiled NVIDIA module package for that kernel), "
+        "or make the default boot entry a kernel that has it (grub-set-default, grubby "
+        "--set-default)"
+    )
+    assert caught.value.details["next_boot_driver"]["state"] == "missing"
+    assert node.snapshot() == before
+
+
+def test_guard_needs_no_module_on_a_node_without_nvidia_gpus(tmp_path: Path) -> None:
+    node = installed(tmp_path)
+    configure(node)
+    result = kc.guard_reboot(params(node.root, guard_reboot=True))
+    assert result["gpus_on_bus"] == []
+    assert result["next_boot_driver"]["state"] == "missing"
+
+
+def test_guard_refuses_a_default_entry_that_misses_the_policy(tmp_path: Path) -> None:
+    """The grub files were changed, but grub.cfg was not regenerated (or was by hand)."""
+    node = installed(tmp_path)
+    make_sysfs(node.root, "identity", "0")
+    install_kernel(node.root, "6.1.0-18-amd64", "updates/dkms/nvidia-current.ko")
+    with pytest.raises(kc.ModuleError) as caught:
+        kc.guard_reboot(params(node.root, guard_reboot=True))
+    assert caught.value.msg == (
+        "not rebooted, the node keeps running as it is: the default boot entry "
+        "(/boot/grub/grub.cfg, gnulinux-simple-1) lacks iommu=pt, holds pci=noacpi: the "
+        "reboot would not apply the policy; run the kernel_cmdline role again"
+    )
+
+
+def test_guard_lets_an_unnamed_kernel_go_with_a_warning(tmp_path: Path) -> None:
+    node = installed(tmp_path)
+    configure(node)
+    make_sysfs(node.root, "identity", "0")
+    boot_entry_kernel(node, "")
+    cfg = node.root / "boot/grub/grub.cfg"
+    cfg.write_text(cfg.read_text().replace("/boot/vmlinuz-", "/boot/vmlinuz"))
+    result = kc.guard_reboot(params(node.root, guard_reboot=True))
+    assert result["next_boot_driver"]["state"] == "unknown"
+    assert result["warnings"] == [
+        "the default boot entry's kernel (/boot/vmlinuz) does not name its release, so its "
+        "NVIDIA module was not looked for"
+    ]
 
 
 # --- through real ansible ----------------------------------------------------------------

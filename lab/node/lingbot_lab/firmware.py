@@ -14,6 +14,7 @@ from typing import Any
 from lingbot_lab import LAB_PROFILE_PATH, LAB_RUN_DIR
 from lingbot_lab.grubcfg import boot_cmdline, install_boot_config, root_path, write_atomically
 from lingbot_lab.hwstate import compute_state, flatten_state
+from lingbot_lab.kernels import booted_release, has_module, install_module
 from lingbot_lab.profile import load_profile_json
 from lingbot_lab.sysfs import render_sysfs
 
@@ -41,6 +42,7 @@ def ensure_installed(root: str, profile: dict[str, Any]) -> list[str]:
     if marker.exists():
         return []
     written = install_boot_config(root, profile)
+    written.append(install_module(root, profile["boot"]["kernel_version"], profile))
     write_atomically(marker, "1\n")
     return written
 
@@ -56,10 +58,11 @@ def boot(root: str, profile_path: Path, link_prefix: str) -> dict[str, Any]:
     write_atomically(lab / "boot_id", f"{uuid.uuid4()}\n")
     copy_random_dir(root, lab)
     state = compute_state(profile, cmdline)
-    # The driver's view of the hardware. Without it (fault driver_not_loaded: as after a
-    # boot into a kernel the NVIDIA module was not built for) the simulated NVML says Driver
-    # Not Loaded and nvidia-smi exits 9, while sysfs still lists the GPUs.
-    if any(fault["kind"] == "driver_not_loaded" for fault in profile["faults"]):
+    # The driver's view of the hardware. Without it (a boot into a kernel the NVIDIA module
+    # was not built for, or the fault driver_not_loaded) the simulated NVML says Driver Not
+    # Loaded and nvidia-smi exits 9, while sysfs still lists the GPUs.
+    driver_loads = has_module(root, booted_release(cmdline))
+    if not driver_loads or any(fault["kind"] == "driver_not_loaded" for fault in profile["faults"]):
         for name in ("state.json", "state.txt"):
             (lab / name).unlink(missing_ok=True)
     else:

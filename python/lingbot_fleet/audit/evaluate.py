@@ -21,6 +21,7 @@ from ..boot.cmdline import (
     iommu_vendor_switch,
     parse_cmdline,
 )
+from ..boot.driver_modules import UNKNOWN
 from ..facts import schema_problems
 from ..gpu.linkcheck import LinkPolicy, check_links, load_from_probe, probe_gpu_findings
 from ..gpu.probe import fill_skipped
@@ -262,6 +263,7 @@ def kernel_state(kernel: Mapping[str, Any], policy: AuditPolicy) -> dict[str, An
         "added_on_reboot": [],
         "removed_on_reboot": [],
         "next_boot_compliant": None,
+        "next_boot_driver": kernel.get("next_boot_driver"),
     }
     if configured is not None:
         state["pending_reboot"] = sorted(configured) != sorted(running)
@@ -271,6 +273,41 @@ def kernel_state(kernel: Mapping[str, Any], policy: AuditPolicy) -> dict[str, An
             parse_cmdline(" ".join(configured)), cmdline_policy
         ).compliant
     return state
+
+
+def next_boot_driver_findings(state: Mapping[str, Any], gpus_on_bus: int) -> list[Finding]:
+    """The next boot's kernel against the GPU driver (boot/driver_modules.py owns the
+    judgement and its wording; kernel_cmdline refuses a reboot on the same one)."""
+    driver = state.get("next_boot_driver")
+    if not isinstance(driver, Mapping) or not gpus_on_bus:
+        return []
+    evidence = {key: driver.get(key) for key in ("kernel", "image", "modules", "state")}
+    evidence["next_boot_source"] = state.get("next_boot_source")
+    if driver.get("problem"):
+        return [
+            Finding(
+                code="NEXT_BOOT_LOSES_GPU_DRIVER",
+                severity="error",
+                subject="node",
+                message=f"next boot would lose the driver of {gpus_on_bus} GPU(s): "
+                f"{driver['problem']}",
+                evidence=evidence,
+                fix=str(driver.get("fix")),
+            )
+        ]
+    if driver.get("state") == UNKNOWN:
+        return [
+            Finding(
+                code="NEXT_BOOT_DRIVER_UNKNOWN",
+                severity="info",
+                subject="node",
+                message=str(driver.get("note") or "the next boot's kernel is not known"),
+                evidence=evidence,
+                fix="read the default boot entry (grubby --info=DEFAULT, or grub.cfg) and "
+                "check /lib/modules/<its release> for the NVIDIA module",
+            )
+        ]
+    return []
 
 
 def kernel_findings(state: Mapping[str, Any]) -> list[Finding]:
@@ -630,6 +667,7 @@ def evaluate_node(
     if section_error(node.get("kernel")) is None and node.get("kernel"):
         kernel = kernel_state(node["kernel"], policy)
         findings += kernel_findings(kernel)
+        findings += next_boot_driver_findings(kernel, len((facts or {}).get("gpus") or []))
     else:
         findings.append(unreadable("kernel", section_error(node.get("kernel")) or "missing"))
 

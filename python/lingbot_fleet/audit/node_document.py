@@ -18,6 +18,7 @@ from typing import Any
 
 from ..boot.bootfiles import DEFAULT_GRUB_PATH, GRUB_D_DIR, write_boot_files
 from ..boot.cmdline import split_words
+from ..boot.driver_modules import UNKNOWN, next_boot_driver
 from ..boot.grub import configured_params, next_boot, parse_grub_file, sourcing_order
 from ..facts.audit_reading import _section, on_root, read_node, read_text
 from ..node.generation_snapshot import SnapshotReader
@@ -40,16 +41,34 @@ def grub_defaults_args(root: str) -> list[str] | None:
     return [param.render() for param in configured_params(files)]
 
 
-def kernel_section(root: str, cpu_vendor: str | None) -> dict[str, Any]:
+def kernel_section(root: str, cpu_vendor: str | None, kernel_modules: Any = None) -> dict[str, Any]:
     """The running command line, what the next boot gets (grub.next_boot: the default BLS
-    entry, else grub.cfg's default entry, grub's variables expanded) and what the grub
-    defaults files configure, read under ``root``."""
+    entry, else grub.cfg's default entry, grub's variables expanded), what the grub
+    defaults files configure, read under ``root``, and what the next boot's kernel does to
+    the GPU driver (``driver_modules.next_boot_driver`` from the node's ``kernel_modules``;
+    None without a default entry, or without the node's reading)."""
     running = read_text(on_root(root, "/proc/cmdline"))
     boot = next_boot(root)
+    driver = None
+    # Without a default entry there is no next boot to judge (kernel_state says so).
+    readable = isinstance(kernel_modules, dict) and "error" not in kernel_modules
+    if boot.args is not None and readable:
+        driver = next_boot_driver(boot.kernel, kernel_modules, root)
+    elif boot.args is not None and isinstance(kernel_modules, dict):
+        driver = {
+            "kernel": None,
+            "image": boot.kernel,
+            "modules": [],
+            "state": UNKNOWN,
+            "problem": None,
+            "fix": None,
+            "note": f"the kernels' modules could not be read: {kernel_modules['error']}",
+        }
     return {
         "running": split_words(running.strip()) if running is not None else None,
         "next_boot": list(boot.args) if boot.args is not None else None,
         "next_boot_source": boot.source,
+        "next_boot_driver": driver,
         "grub_defaults": _section(lambda: grub_defaults_args(root)),
         "cpu_vendor": cpu_vendor,
     }
@@ -58,7 +77,7 @@ def kernel_section(root: str, cpu_vendor: str | None) -> dict[str, Any]:
 def _kernel(read: dict[str, Any]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="lingbot-boot-") as scratch:
         write_boot_files(read["boot_files"], scratch)
-        return kernel_section(scratch, read.get("cpu_vendor"))
+        return kernel_section(scratch, read.get("cpu_vendor"), read.get("kernel_modules"))
 
 
 def _generations(read: dict[str, Any]) -> list[dict[str, Any]]:

@@ -11,11 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..facts import sysfs
 from ..gpu import boot_proof
 from ..node import receipts, values
 from ..node.nodefiles import NodeChanges, NodeFileError, run_command
 from ..node.rooted import on_root
-from . import bootloader, kernel_options
+from . import bootloader, driver_modules, kernel_options
 from .bootfiles import (
     BLS_ENTRIES_DIR,
     BOOT_ID_FACT,
@@ -681,6 +682,58 @@ def verify(params: dict[str, Any]) -> dict[str, Any]:
         "kernel_cmdline_running": running,
         BOOT_ID_FACT: read_boot_id(root),
     }
+    return result
+
+
+# --- before a reboot ---------------------------------------------------------------
+
+
+def guard_reboot(params: dict[str, Any]) -> dict[str, Any]:
+    """Whether rebooting now boots what the GPUs survive: the default boot entry holds the
+    policy, and, with NVIDIA GPUs on the PCI bus, its kernel has the NVIDIA module built
+    for it (``driver_modules``). Reads only; raises ModuleError naming the entry, the
+    kernel and the fix when the reboot must not happen. A kernel the entry does not name
+    is reported (``next_boot_driver.note``) and does not stop the reboot: the proof after
+    it still holds the node to its GPUs."""
+    root = params["root"]
+    policy = resolve_policy(params, root)
+    running_text = read_running(root)
+    boot = next_boot(root, running_text)
+    gpus_on_bus = sysfs.nvidia_gpu_bus_ids(root)
+    release = driver_modules.kernel_release(boot.kernel, root)
+    kernels = driver_modules.read_kernel_modules(root, release) if release else {}
+    driver = driver_modules.next_boot_driver(boot.kernel, kernels, root)
+    result: dict[str, Any] = {
+        "changed": False,
+        "running": split_words(running_text),
+        "next_boot": list(boot.args) if boot.args is not None else None,
+        "next_boot_source": boot.source,
+        "next_boot_driver": driver,
+        "gpus_on_bus": gpus_on_bus,
+    }
+    problems = []
+    if boot.args is None:
+        problems.append(
+            "the boot configuration has no default entry to boot (no BLS entry, no menu entry "
+            "in grub.cfg); regenerate it (update-grub, grub2-mkconfig) and run again"
+        )
+    else:
+        report = check_policy(parse_cmdline(" ".join(boot.args)), policy)
+        misses = [f"lacks {p.render()}" for p in report.missing]
+        misses += [f"holds {p.render()}" for p in report.unwanted]
+        if misses:
+            problems.append(
+                f"the default boot entry ({boot.source}, {boot.entry}) {', '.join(misses)}: "
+                "the reboot would not apply the policy; run the kernel_cmdline role again"
+            )
+    if gpus_on_bus and driver["problem"]:
+        problems.append(f"{driver['problem']}. Fix: {driver['fix']}")
+    if problems:
+        raise ModuleError(
+            "not rebooted, the node keeps running as it is: " + "; ".join(problems), **result
+        )
+    if driver["state"] == driver_modules.UNKNOWN and gpus_on_bus:
+        result["warnings"] = [driver["note"]]
     return result
 
 

@@ -37,6 +37,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "verify_gpus": {"type": "bool", "default": True},
     "verify_gpus_before": {"type": "list", "elements": "str", "default": []},
     "verify_against": {"type": "str", "choices": ["policy", "configuration"], "default": "policy"},
+    "guard_reboot": {"type": "bool", "default": False},
     **GENERATION_ARGUMENT_SPEC,
     **RECEIPT_ARGUMENT_SPEC,
 }

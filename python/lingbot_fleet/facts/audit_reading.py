@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..boot.bootfiles import read_boot_files
+from ..boot.driver_modules import read_kernel_modules
 from ..gpu.probe_saved import LATEST_NAME
 from ..node.generation_snapshot import read_generations
 from ..node.rooted import on_root
@@ -64,7 +65,13 @@ def cpu_vendor(root: str) -> str | None:
 
 
 def kernel_files(root: str) -> dict[str, Any]:
-    return {"boot_files": read_boot_files(root), "cpu_vendor": cpu_vendor(root)}
+    """The boot files as they are, the CPU vendor, and the NVIDIA module of every installed
+    kernel (the controller finds the next boot's kernel in the boot files)."""
+    return {
+        "boot_files": read_boot_files(root),
+        "cpu_vendor": cpu_vendor(root),
+        "kernel_modules": _section(lambda: read_kernel_modules(root)),
+    }
 
 
 # --- probe, LingBot, generations -------------------------------------------------------

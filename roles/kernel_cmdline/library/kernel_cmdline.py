@@ -48,6 +48,11 @@ description:
   - O(verify=true) changes nothing; it checks the running kernel (C(/proc/cmdline), the
     IOMMU groups' type, the NUMA node of NVIDIA GPUs) and fails with the evidence when
     the policy is not in effect.
+  - O(guard_reboot=true) changes nothing; it fails, naming the entry, the kernel and the
+    fix, when a reboot now would boot a default entry that misses the policy, or, with
+    NVIDIA GPUs on the PCI bus, a kernel without an NVIDIA module built for it (DKMS's
+    C(updates/dkms), C(extra), C(weak-updates), precompiled packages under C(kernel/);
+    one modules.dep does not list counts as missing). The role calls it before each reboot.
   - C(reboot_required) compares the policy with C(/proc/cmdline), never with the grub
     files. The state is also returned as facts (C(kernel_cmdline_*)), with this boot's id
     (C(lingbot_boot_id)).
@@ -180,6 +185,13 @@ options:
     type: str
     choices: [policy, configuration]
     default: policy
+  guard_reboot:
+    description:
+      - Check, instead of configuring, that a reboot now keeps the GPUs - the default boot
+        entry holds the policy, and its kernel has the NVIDIA module when NVIDIA GPUs are
+        on the PCI bus. Fails with RV(next_boot_driver) when not.
+    type: bool
+    default: false
 attributes:
   check_mode:
     description: Can run in check mode and predicts the change without making it.
@@ -210,6 +222,13 @@ EXAMPLES = r"""
       pcie_aspm: "off"
     absent: [pci=noacpi]
     iommu_vendor_switch: true
+
+- name: Refuse a reboot that would lose the GPU driver
+  kernel_cmdline:
+    present:
+      iommu: pt
+    absent: [pci=noacpi]
+    guard_reboot: true
 
 - name: Verify the running kernel after a reboot
   kernel_cmdline:
@@ -326,6 +345,26 @@ evidence:
       gpus_on_bus: ["0000:41:00.0"]
       gpus_before: ["0000:41:00.0"]
       driver: {"state": "answers", "evidence": []}
+next_boot_driver:
+  description: With O(guard_reboot), the default entry's kernel and its NVIDIA module.
+    C(state) is C(built), C(missing), C(not_indexed) (built, but modules.dep does not list
+    it) or C(unknown) (the entry does not name the kernel's release; C(note) says why);
+    C(problem) and C(fix) name the kernel, the module and what to do when it would lose
+    the driver.
+  returned: when guard_reboot is true
+  type: dict
+  sample:
+    kernel: 6.1.0-18-amd64
+    image: /boot/vmlinuz-6.1.0-18-amd64
+    modules: [updates/dkms/nvidia-current.ko]
+    state: built
+    problem: null
+    fix: null
+gpus_on_bus:
+  description: With O(guard_reboot), the bus ids of the NVIDIA GPUs on the PCI bus.
+  returned: when guard_reboot is true
+  type: list
+  elements: str
 receipt:
   description:
     - C(written), C(unchanged), C(removed), C(none), C(not written) with the reason, or
@@ -353,6 +392,7 @@ from ansible.module_utils.lingbot_fleet.boot.kernel_cmdline import (
     ModuleError,
     configure,
     drop_receipt,
+    guard_reboot,
     keep_receipt,
     verify,
     written_so_far,
@@ -373,6 +413,8 @@ def run_module() -> None:
         )
         if params["verify"]:
             result = verify(params)
+        elif params["guard_reboot"]:
+            result = guard_reboot(params)
         else:
             changes = NodeChanges.for_module(
                 params,
