@@ -281,6 +281,7 @@ static void load_gpu(table_t *table, int index, lab_gpu_t *gpu)
     gpu->mig_mode = (int)get_number_or(table, KEY("gpu.%d.mig_mode", index), 0);
     gpu->lost = (int)get_number_or(table, KEY("gpu.%d.lost", index), 0);
     gpu->fail_after_copies = (int)get_number_or(table, KEY("gpu.%d.fail_after_copies", index), 0);
+    gpu->nvlinks_inactive = (int)get_number_or(table, KEY("gpu.%d.nvlinks_inactive", index), 0);
     gpu->persistence_default =
         (int)get_number_or(table, KEY("gpu.%d.persistence_default", index), 0);
 }

@@ -82,6 +82,7 @@ typedef struct {
     int mig_mode;
     int lost;
     int fail_after_copies; /* 0: never */
+    int nvlinks_inactive;  /* the last this many of its NVLinks did not train */
     int persistence_default;
 } lab_gpu_t;
 

@@ -737,10 +737,13 @@ EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int l
         return NVML_ERROR_INVALID_ARGUMENT;
     }
     int remote;
-    if (nvlink_total(gpu) == 0 || nvlink_remote(gpu, link, &remote) != 0) {
+    int total = nvlink_total(gpu);
+    if (total == 0 || nvlink_remote(gpu, link, &remote) != 0) {
         return NVML_ERROR_NOT_SUPPORTED;
     }
-    *is_active = NVML_FEATURE_ENABLED;
+    /* A link that did not train is there and inactive (fault nvlink_down). */
+    int trained = total - gpu->nvlinks_inactive;
+    *is_active = (int)link < trained ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
     return NVML_SUCCESS;
 }
 

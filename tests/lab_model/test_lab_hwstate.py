@@ -297,6 +297,7 @@ def test_flatten_state_lines():
     assert "gpu.3.nvlinks.count 1" in h100
     assert "gpu.3.nvlinks.0.count 18" in h100
     assert "gpu.3.nvlinks.0.to nvswitch" in h100
+    assert "gpu.3.nvlinks_inactive 0" in h100
 
 
 def _broken(change) -> dict:
@@ -308,6 +309,11 @@ def _broken(change) -> dict:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
+        (
+            lambda p: p.update(faults=[{"kind": "nvlink_down", "gpu": 1, "links": 2}]),
+            "profile pcie-4gpu-two-switches: faults[0].links: 2 is more than the 0 NVLinks of "
+            "gpus[1]; fix: give at most that many, or give the GPU its nvlinks",
+        ),
         (
             lambda p: p["pcie_ports"][1].update(parent="0000:99:00.0"),
             "profile pcie-4gpu-two-switches: pcie_ports[1].parent: unknown parent "

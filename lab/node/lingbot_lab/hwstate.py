@@ -95,10 +95,31 @@ def pcie_topology(profile: dict[str, Any], bdf_a: str, bdf_b: str) -> str:
     return "PIX" if max(below_a, below_b) <= 1 else "PXB"
 
 
+def inactive_nvlinks(profile: dict[str, Any], index: int) -> int:
+    """How many of the GPU's NVLinks did not train (fault nvlink_down): its last ones."""
+    return sum(
+        fault["links"]
+        for fault in profile["faults"]
+        if fault["kind"] == "nvlink_down" and fault["gpu"] == index
+    )
+
+
+def active_nvlinks(profile: dict[str, Any], index: int) -> list[dict[str, Any]]:
+    """The GPU's NVLink groups as trained: the inactive links taken from the last groups."""
+    inactive = inactive_nvlinks(profile, index)
+    groups = []
+    for link in reversed(profile["gpus"][index]["nvlinks"]):
+        down = min(inactive, link["count"])
+        inactive -= down
+        groups.append({**link, "count": link["count"] - down})
+    return list(reversed(groups))
+
+
 def nvlink_count(profile: dict[str, Any], index_a: int, index_b: int) -> int:
-    """Direct links between the two, or through a shared NVSwitch the smaller link count."""
-    links_a = profile["gpus"][index_a]["nvlinks"]
-    links_b = profile["gpus"][index_b]["nvlinks"]
+    """Active direct links between the two, or through a shared NVSwitch the smaller
+    active link count."""
+    links_a = active_nvlinks(profile, index_a)
+    links_b = active_nvlinks(profile, index_b)
     direct = sum(link["count"] for link in links_a if link["to"] == index_b)
     direct = max(direct, sum(link["count"] for link in links_b if link["to"] == index_a))
     switch_a = sum(link["count"] for link in links_a if link["to"] == "nvswitch")
@@ -224,6 +245,7 @@ def _gpu_state(
         "host": _host_state(profile, gpu),
         "host_path_share": round(host_path_share(profile, gpu), 4),
         "nvlinks": [dict(nvlink) for nvlink in gpu["nvlinks"]],
+        "nvlinks_inactive": inactive_nvlinks(profile, index),
         "mig_mode": 1 if gpu["mig"] else 0,
         "lost": any(f["kind"] == "gpu_lost" and f["gpu"] == index for f in faults),
         "fail_after_copies": next(

@@ -27,6 +27,7 @@ FAULT_KINDS = (
     "p2p_write_drop_when_iommu_translated",
     "device_fails_after_copies",
     "driver_not_loaded",
+    "nvlink_down",
 )
 # A path's measured figure sets: what a copy of that kind takes (paths[].<key>).
 PATH_FIGURE_SETS = ("p2p", "host_staged", "p2p_iommu_translated", "p2p_without_acs_redirect")
@@ -429,11 +430,21 @@ def _check_faults(check: ProfileChecker, profile: dict[str, Any]) -> None:
     for position, fault in enumerate(faults):
         where = f"faults[{position}]"
         kind = check.choice(check.require(fault, "kind", where), f"{where}.kind", FAULT_KINDS)
-        if kind in ("gpu_lost", "device_fails_after_copies"):
+        if kind in ("gpu_lost", "device_fails_after_copies", "nvlink_down"):
             gpu = check.require(fault, "gpu", where)
             check.integer(gpu, f"{where}.gpu", 0, len(profile["gpus"]) - 1)
         if kind == "device_fails_after_copies":
             check.integer(check.require(fault, "copies", where), f"{where}.copies", 1, 1 << 30)
+        if kind == "nvlink_down":
+            gpu_links = sum(link["count"] for link in profile["gpus"][fault["gpu"]]["nvlinks"])
+            check.integer(check.require(fault, "links", where), f"{where}.links", 1, 18)
+            if fault["links"] > gpu_links:
+                check.fail(
+                    f"{where}.links",
+                    f"{fault['links']} is more than the {gpu_links} NVLinks of "
+                    f"gpus[{fault['gpu']}]",
+                    "give at most that many, or give the GPU its nvlinks",
+                )
 
 
 def _check_boot(check: ProfileChecker, profile: dict[str, Any]) -> None:

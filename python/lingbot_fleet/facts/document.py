@@ -100,6 +100,8 @@ def _merge_gpu(
         "host_bridge": pci["host_bridge"],
         "bridges": bridges,
     }
+    if "nvlink" in driver_gpu:
+        gpu["nvlink"] = driver_gpu["nvlink"]
     if driver_gpu.get("error"):
         gpu["error"] = driver_gpu["error"]
     return gpu

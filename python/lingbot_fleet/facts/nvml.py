@@ -155,7 +155,21 @@ class NvmlReader:
             "performance_state": f"P{pstate}" if pstate is not None else None,
             "persistence_mode": bool(persistence) if persistence is not None else None,
             "mig_mode": MIG_WORDS.get(mig[0]) if mig is not None else None,
+            "nvlink": self.nvlink_links(handle),
         }
+
+    def nvlink_links(self, handle: Any) -> dict[str, int] | None:
+        """How many NVLinks the GPU has (those NVML gives a state for) and how many are
+        active; None when NVML gives none (a PCIe GPU, a VM without its NVLinks)."""
+        links = active = 0
+        for link in range(NVLINK_MAX_LINKS):
+            try:
+                state = self.nvml.nvmlDeviceGetNvLinkState(handle, link)
+            except self.nvml.NVMLError:
+                continue
+            links += 1
+            active += 1 if state else 0
+        return {"links": links, "active": active} if links else None
 
     def nvlink_peers(self, handle: Any, bus_ids: list[str]) -> dict[str, int]:
         """Active NVLinks of one GPU by far end: GPU index as text, or 'nvswitch'."""

@@ -34,6 +34,7 @@ from typing import Any
 
 from ..facts.schema import schema_problems
 from ..node.findings import Finding, at_or_above, count_by_severity
+from .nvlink import nvlink_findings
 
 # CUDA errors after which a GPU's context is dead (probe.STICKY_ERRORS).
 STICKY_CUDA_ERRORS = (
@@ -71,6 +72,8 @@ class LinkPolicy:
     chipset_bridge_ids: Sequence[str] = ()
     numa_node_count: int = 0  # 0: take it from the facts
     min_load_s: float = MIN_LOAD_S  # sustained load before a link reading counts
+    # NVLinks per GPU model, over nvlink.NVLINKS_BY_MODEL (gpu_checks_nvlinks_by_model).
+    nvlinks_by_model: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_vars(cls, data: Mapping[str, Any]) -> LinkPolicy:
@@ -89,6 +92,10 @@ class LinkPolicy:
             chipset_bridge_ids=tuple(data.get("chipset_bridge_ids") or ()),
             numa_node_count=int(data.get("numa_node_count") or 0),
             min_load_s=float(data.get("load_min_s") or MIN_LOAD_S),
+            nvlinks_by_model={
+                str(model): int(count)
+                for model, count in (data.get("nvlinks_by_model") or {}).items()
+            },
         )
 
     def expected(self, gpu: Mapping[str, Any]) -> tuple[int | None, int | None]:
@@ -820,6 +827,7 @@ def check_links(
         findings += generation_findings(gpu, policy, samples.get(gpu["bus_id"]))
         findings += host_bandwidth_findings(gpu, path_links(gpu), host_copies.get(gpu["bus_id"]))
         findings += chipset_findings(gpu, policy)
+        findings += nvlink_findings(gpu, policy.nvlinks_by_model)
     findings += path_findings(facts, policy)
     findings += acs_redirect_findings(facts)
     findings += numa_findings(facts, policy)
@@ -1113,6 +1121,7 @@ JUDGE_ARGUMENT_SPEC = {
     "expected_link_default": {"type": "dict", "default": {}},
     "chipset_bridge_ids": {"type": "list", "elements": "str", "default": []},
     "numa_node_count": {"type": "int", "default": 0},
+    "nvlinks_by_model": {"type": "dict", "default": {}},
     "load_min_s": {"type": "float", "default": MIN_LOAD_S},
     "probe_max_age_s": {"type": "float", "default": 3600.0},
     "fail_on": {"type": "str", "choices": list(FAIL_ON_CHOICES), "default": "error"},
@@ -1135,9 +1144,10 @@ def judge_links(
     One function for the role's module (on the node) and its action plugin (on the
     controller): the facts document, the policy (``expected_links``,
     ``expected_link_default``, ``chipset_bridge_ids``, ``numa_node_count``,
-    ``load_min_s``), a load sample or else the probe's readings under load (only while
-    the probe is younger than `probe_max_age_s`, when given), and the severity at which
-    the node fails. GPUs the probe could not use are findings too (probe_gpu_findings).
+    ``nvlinks_by_model``, ``load_min_s``), a load sample or else the probe's readings
+    under load (only while the probe is younger than `probe_max_age_s`, when given), and
+    the severity at which the node fails. GPUs the probe could not use are findings too
+    (probe_gpu_findings).
     """
     if fail_on not in FAIL_ON_CHOICES:
         raise ValueError(f"fail_on is {fail_on!r}; use one of {', '.join(FAIL_ON_CHOICES)}")

@@ -92,6 +92,13 @@ options:
     description: NUMA nodes of the machine; 0 takes it from the facts.
     type: int
     default: 0
+  nvlinks_by_model:
+    description:
+      - NVLinks each GPU model has (its NVML name to a count), over the built-in table of
+        baseboard GPUs (C(NVIDIA H100 80GB HBM3) 18, C(NVIDIA A100-SXM4-80GB) 12, ...). A
+        GPU with fewer active NVLinks is an C(NVLINK_LINKS_DOWN) finding.
+    type: dict
+    default: {}
   fail_on:
     description: Fail when a finding has this severity or a worse one; C(never) only reports.
     type: str

@@ -1,0 +1,90 @@
+"""NVLinks trained down: a GPU with fewer active NVLinks than its model has.
+
+An HGX baseboard's GPUs have all their NVLinks wired (to each other, or to NVSwitches); a
+link that did not train (a connector, a retimer, an NVSwitch tray) halves or thirds what
+peer copies over NVLink get, and nothing else on the node says so. The facts give each
+GPU's NVLinks as NVML reports them (``nvlink``: how many have a state, how many are
+active). The count a GPU should have comes from its model (NVLINKS_BY_MODEL, extended or
+overridden per fleet with ``gpu_checks_nvlinks_by_model``); for a model not in the table,
+from NVML's own count, but only once a link is active: a PCIe card without its NVLink
+bridge lists its links, all inactive, and is not at fault. A GPU NVML gives no NVLink
+state for (a PCIe GPU, a VM without its links) is not judged. Stdlib only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..node.findings import Finding
+
+# NVML model names of GPUs whose NVLinks are always wired on their baseboard (SXM/OAM),
+# with the links each has. PCIe cards with an NVLink bridge are left to what NVML says.
+NVLINKS_BY_MODEL: Mapping[str, int] = {
+    "Tesla V100-SXM2-16GB": 6,
+    "Tesla V100-SXM2-32GB": 6,
+    "NVIDIA A100-SXM4-40GB": 12,
+    "NVIDIA A100-SXM4-80GB": 12,
+    "NVIDIA A800-SXM4-80GB": 8,
+    "NVIDIA H100 80GB HBM3": 18,
+    "NVIDIA H800": 8,
+    "NVIDIA H20": 18,
+    "NVIDIA H200": 18,
+    "NVIDIA B200": 18,
+}
+
+
+def expected_nvlinks(
+    gpu: Mapping[str, Any], nvlinks_by_model: Mapping[str, int]
+) -> tuple[int, str] | None:
+    """(links the GPU should have active, where that number comes from), None when the GPU
+    is not judged."""
+    nvlink = gpu.get("nvlink")
+    if not isinstance(nvlink, Mapping) or not nvlink.get("links"):
+        return None
+    model = gpu.get("model") or ""
+    table = {**NVLINKS_BY_MODEL, **nvlinks_by_model}
+    if model in table:
+        return int(table[model]), f"a {model} has {table[model]}"
+    if nvlink.get("active"):
+        return int(nvlink["links"]), f"NVML lists {nvlink['links']} NVLinks for it"
+    return None
+
+
+def nvlink_findings(gpu: Mapping[str, Any], nvlinks_by_model: Mapping[str, int]) -> list[Finding]:
+    """NVLINK_LINKS_DOWN for a GPU with fewer active NVLinks than it should have: a
+    warning while some are active, an error when none is."""
+    expected = expected_nvlinks(gpu, nvlinks_by_model)
+    if expected is None:
+        return []
+    count, basis = expected
+    active = int(gpu["nvlink"].get("active") or 0)
+    if active >= count:
+        return []
+    index = gpu.get("index")
+    return [
+        Finding(
+            code="NVLINK_LINKS_DOWN",
+            severity="warning" if active else "error",
+            subject=gpu["bus_id"],
+            message=(
+                f"GPU {index} ({gpu.get('uuid')}) has {active} of {count} NVLinks active "
+                f"({basis}): links trained down or failed, so its peer copies over NVLink "
+                f"get about {active}/{count} of their bandwidth"
+            ),
+            evidence={
+                "index": index,
+                "uuid": gpu.get("uuid"),
+                "model": gpu.get("model"),
+                "active": active,
+                "expected": count,
+                "links_listed": gpu["nvlink"].get("links"),
+            },
+            fix=(
+                f"read nvidia-smi nvlink -s -i {index} (which links are down) and "
+                f"nvidia-smi nvlink -e -i {index} (error counters); reset the GPU while it is "
+                f"idle (nvidia-smi -r -i {index}); links that stay down need the baseboard "
+                "serviced (connector, cable, NVSwitch tray)"
+            ),
+        )
+    ]
