@@ -141,7 +141,7 @@ def _search_dirs(directory: str) -> list[str]:
 
 
 def _core_modules(root: str, directory: str) -> list[str]:
-    found = []
+    found: list[str] = []
     walked = 0
     for top in _search_dirs(directory):
         for current, subdirs, files in os.walk(top):
