@@ -114,12 +114,14 @@ def build_parser() -> argparse.ArgumentParser:
     playbooks.set_defaults(func=_cmd_playbooks)
 
     from .audit.cli import add_audit_parser  # noqa: PLC0415
+    from .audit.doctor import add_doctor_parser  # noqa: PLC0415
     from .controller.generations_cli import add_generations_parser  # noqa: PLC0415
     from .controller.plan_cli import add_plan_parser  # noqa: PLC0415
 
     add_plan_parser(commands)
     add_generations_parser(commands)
     add_audit_parser(commands)
+    add_doctor_parser(commands)
     return parser
 
 

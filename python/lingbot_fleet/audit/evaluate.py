@@ -12,7 +12,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
 
 from ..boot.cmdline import (
     PolicyError,
@@ -396,6 +395,19 @@ def expected_config(instance: Mapping[str, Any], overrides: Mapping[str, Any]) -
         return instance.get("config")
 
 
+def load_yaml(text: str) -> Any:
+    """A deployed config.yaml; ValueError when it is no YAML, or when PyYAML is not there
+    to read it (the one-node doctor runs with the standard library alone)."""
+    try:
+        import yaml  # noqa: PLC0415 - the doctor runs without it
+    except ImportError:
+        raise ValueError("PyYAML is not installed here, so the config was not compared") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ValueError(str(error)) from error
+
+
 def drift_state(
     lingbot: Mapping[str, Any],
     plan: Mapping[str, Any] | None,
@@ -416,8 +428,8 @@ def drift_state(
             instances.append({"name": name, "status": "not_in_plan", "differences": []})
             continue
         try:
-            deployed = yaml.safe_load(configs[name]["text"])
-        except yaml.YAMLError as error:
+            deployed = load_yaml(configs[name]["text"])
+        except ValueError as error:
             instances.append(
                 {"name": name, "status": "unreadable", "differences": [str(error).splitlines()[0]]}
             )
