@@ -282,6 +282,12 @@ static void load_gpu(table_t *table, int index, lab_gpu_t *gpu)
     gpu->lost = (int)get_number_or(table, KEY("gpu.%d.lost", index), 0);
     gpu->fail_after_copies = (int)get_number_or(table, KEY("gpu.%d.fail_after_copies", index), 0);
     gpu->nvlinks_inactive = (int)get_number_or(table, KEY("gpu.%d.nvlinks_inactive", index), 0);
+    gpu->ecc_uncorrected =
+        (unsigned long long)get_number_or(table, KEY("gpu.%d.memory.ecc_uncorrected", index), 0);
+    gpu->rows_remapped_uncorrectable =
+        (int)get_number_or(table, KEY("gpu.%d.memory.rows_remapped_uncorrectable", index), 0);
+    gpu->remap_pending = (int)get_number_or(table, KEY("gpu.%d.memory.remap_pending", index), 0);
+    gpu->remap_failed = (int)get_number_or(table, KEY("gpu.%d.memory.remap_failed", index), 0);
     gpu->persistence_default =
         (int)get_number_or(table, KEY("gpu.%d.persistence_default", index), 0);
 }

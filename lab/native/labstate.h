@@ -83,6 +83,10 @@ typedef struct {
     int lost;
     int fail_after_copies; /* 0: never */
     int nvlinks_inactive;  /* the last this many of its NVLinks did not train */
+    unsigned long long ecc_uncorrected; /* uncorrectable ECC errors since the boot */
+    int rows_remapped_uncorrectable;
+    int remap_pending;
+    int remap_failed;
     int persistence_default;
 } lab_gpu_t;
 

@@ -659,6 +659,57 @@ EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *curr
     return NVML_SUCCESS;
 }
 
+/* ---- memory health: ECC, row remapping ------------------------------------------ */
+
+typedef enum {
+    NVML_MEMORY_ERROR_TYPE_CORRECTED = 0,
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+} nvmlMemoryErrorType_t;
+typedef enum { NVML_VOLATILE_ECC = 0, NVML_AGGREGATE_ECC = 1 } nvmlEccCounterType_t;
+
+EXPORT nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t *current,
+                                         nvmlEnableState_t *pending)
+{
+    RESOLVE(device, gpu);
+    if (!current || !pending) {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    *current = NVML_FEATURE_ENABLED;
+    *pending = NVML_FEATURE_ENABLED;
+    return NVML_SUCCESS;
+}
+
+/* The lab's counters start at the boot: volatile and aggregate counts are the same. */
+EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device,
+                                                nvmlMemoryErrorType_t error_type,
+                                                nvmlEccCounterType_t counter_type,
+                                                unsigned long long *count)
+{
+    RESOLVE(device, gpu);
+    if (!count || (unsigned)error_type > NVML_MEMORY_ERROR_TYPE_UNCORRECTED ||
+        (unsigned)counter_type > NVML_AGGREGATE_ECC) {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    *count = error_type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED ? gpu->ecc_uncorrected : 0;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *correctable,
+                                              unsigned int *uncorrectable,
+                                              unsigned int *is_pending,
+                                              unsigned int *failure_occurred)
+{
+    RESOLVE(device, gpu);
+    if (!correctable || !uncorrectable || !is_pending || !failure_occurred) {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    *correctable = 0;
+    *uncorrectable = (unsigned int)gpu->rows_remapped_uncorrectable;
+    *is_pending = (unsigned int)gpu->remap_pending;
+    *failure_occurred = (unsigned int)gpu->remap_failed;
+    return NVML_SUCCESS;
+}
+
 /* ---- topology, P2P, NVLink ------------------------------------------------------ */
 
 static nvmlReturn_t resolve_pair(nvmlDevice_t device1, nvmlDevice_t device2,

@@ -115,6 +115,26 @@ def active_nvlinks(profile: dict[str, Any], index: int) -> list[dict[str, Any]]:
     return list(reversed(groups))
 
 
+def memory_health(profile: dict[str, Any], index: int) -> dict[str, int]:
+    """What the GPU's memory reports through NVML (faults row_remap_pending,
+    row_remap_failed, ecc_uncorrected): a row remapped for an uncorrectable error is
+    pending until the GPU is reset; a remap that found no spare row failed."""
+    kinds = {
+        fault["kind"]: fault
+        for fault in profile["faults"]
+        if fault.get("gpu") == index
+        and fault["kind"] in ("row_remap_pending", "row_remap_failed", "ecc_uncorrected")
+    }
+    remapped = "row_remap_pending" in kinds or "row_remap_failed" in kinds
+    uncorrected = kinds["ecc_uncorrected"]["count"] if "ecc_uncorrected" in kinds else 0
+    return {
+        "ecc_uncorrected": max(uncorrected, 1 if remapped else 0),
+        "rows_remapped_uncorrectable": 1 if remapped else 0,
+        "remap_pending": 1 if "row_remap_pending" in kinds else 0,
+        "remap_failed": 1 if "row_remap_failed" in kinds else 0,
+    }
+
+
 def nvlink_count(profile: dict[str, Any], index_a: int, index_b: int) -> int:
     """Active direct links between the two, or through a shared NVSwitch the smaller
     active link count."""
@@ -246,6 +266,7 @@ def _gpu_state(
         "host_path_share": round(host_path_share(profile, gpu), 4),
         "nvlinks": [dict(nvlink) for nvlink in gpu["nvlinks"]],
         "nvlinks_inactive": inactive_nvlinks(profile, index),
+        "memory": memory_health(profile, index),
         "mig_mode": 1 if gpu["mig"] else 0,
         "lost": any(f["kind"] == "gpu_lost" and f["gpu"] == index for f in faults),
         "fail_after_copies": next(

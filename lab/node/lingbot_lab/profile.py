@@ -28,6 +28,9 @@ FAULT_KINDS = (
     "device_fails_after_copies",
     "driver_not_loaded",
     "nvlink_down",
+    "row_remap_pending",
+    "row_remap_failed",
+    "ecc_uncorrected",
 )
 # A path's measured figure sets: what a copy of that kind takes (paths[].<key>).
 PATH_FIGURE_SETS = ("p2p", "host_staged", "p2p_iommu_translated", "p2p_without_acs_redirect")
@@ -430,11 +433,20 @@ def _check_faults(check: ProfileChecker, profile: dict[str, Any]) -> None:
     for position, fault in enumerate(faults):
         where = f"faults[{position}]"
         kind = check.choice(check.require(fault, "kind", where), f"{where}.kind", FAULT_KINDS)
-        if kind in ("gpu_lost", "device_fails_after_copies", "nvlink_down"):
+        if kind in (
+            "gpu_lost",
+            "device_fails_after_copies",
+            "nvlink_down",
+            "row_remap_pending",
+            "row_remap_failed",
+            "ecc_uncorrected",
+        ):
             gpu = check.require(fault, "gpu", where)
             check.integer(gpu, f"{where}.gpu", 0, len(profile["gpus"]) - 1)
         if kind == "device_fails_after_copies":
             check.integer(check.require(fault, "copies", where), f"{where}.copies", 1, 1 << 30)
+        if kind == "ecc_uncorrected":
+            check.integer(check.require(fault, "count", where), f"{where}.count", 1, 1 << 30)
         if kind == "nvlink_down":
             gpu_links = sum(link["count"] for link in profile["gpus"][fault["gpu"]]["nvlinks"])
             check.integer(check.require(fault, "links", where), f"{where}.links", 1, 18)

@@ -12,7 +12,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-
 from ..boot.cmdline import (
     PolicyError,
     build_policy,

@@ -9,7 +9,7 @@ from typing import Any
 
 from . import sysfs
 from .nvml import NvmlUnavailableError, load_pynvml, read_nvml
-from .schema import FACTS_SCHEMA_VERSION
+from .schema import FACTS_SCHEMA_VERSION, OPTIONAL_GPU_KEYS
 
 # Searched after PATH, as Ansible's get_bin_path does (a login PATH may lack them).
 SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
@@ -100,8 +100,9 @@ def _merge_gpu(
         "host_bridge": pci["host_bridge"],
         "bridges": bridges,
     }
-    if "nvlink" in driver_gpu:
-        gpu["nvlink"] = driver_gpu["nvlink"]
+    for key in OPTIONAL_GPU_KEYS:
+        if key in driver_gpu:
+            gpu[key] = driver_gpu[key]
     if driver_gpu.get("error"):
         gpu["error"] = driver_gpu["error"]
     return gpu

@@ -22,6 +22,10 @@ P2P_WORDS = {0: "OK", 1: "CNS", 2: "GNS", 3: "TNS", 4: "DR", 5: "NS", 6: "U"}
 # nvmlGpuP2PCapsIndex_t (pynvml's READ constant is a tuple by mistake, so use numbers).
 P2P_CAPS = {"read": 0, "write": 1, "nvlink": 2, "atomics": 3}
 NVLINK_MAX_LINKS = 18
+# nvmlMemoryErrorType_t and nvmlEccCounterType_t (nvml.h).
+MEMORY_ERROR_UNCORRECTED = 1
+ECC_COUNTER_VOLATILE = 0
+ECC_COUNTER_AGGREGATE = 1
 MIG_WORDS = {0: "disabled", 1: "enabled"}
 
 
@@ -156,6 +160,36 @@ class NvmlReader:
             "persistence_mode": bool(persistence) if persistence is not None else None,
             "mig_mode": MIG_WORDS.get(mig[0]) if mig is not None else None,
             "nvlink": self.nvlink_links(handle),
+            "memory": self.memory_health(handle),
+        }
+
+    def memory_health(self, handle: Any) -> dict[str, Any]:
+        """ECC and row remapping as NVML reports them; a value NVML does not give (a GPU
+        without ECC, row remapping before Ampere) is None: unknown, never healthy."""
+        nvml = self.nvml
+        ecc = self.optional(nvml.nvmlDeviceGetEccMode, handle)
+        counters = (("volatile", ECC_COUNTER_VOLATILE), ("aggregate", ECC_COUNTER_AGGREGATE))
+        counts = {
+            name: self.optional(
+                nvml.nvmlDeviceGetTotalEccErrors, handle, MEMORY_ERROR_UNCORRECTED, counter
+            )
+            for name, counter in counters
+        }
+        rows = self.optional(nvml.nvmlDeviceGetRemappedRows, handle)
+        return {
+            "ecc_enabled": bool(ecc[0]) if ecc is not None else None,
+            "uncorrected_volatile": counts["volatile"],
+            "uncorrected_aggregate": counts["aggregate"],
+            "remapped_rows": (
+                {
+                    "correctable": rows[0],
+                    "uncorrectable": rows[1],
+                    "pending": bool(rows[2]),
+                    "failed": bool(rows[3]),
+                }
+                if rows is not None
+                else None
+            ),
         }
 
     def nvlink_links(self, handle: Any) -> dict[str, int] | None:

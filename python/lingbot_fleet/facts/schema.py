@@ -42,8 +42,8 @@ GPU_KEYS = (
     "host_bridge",
     "bridges",
 )
-# Added within schema 1, per GPU, when NVML was asked: {"links": n, "active": m} or None.
-OPTIONAL_GPU_KEYS = ("nvlink",)
+# Added within schema 1, per GPU, when NVML was asked (docs/facts.md): nvlink, memory.
+OPTIONAL_GPU_KEYS = ("nvlink", "memory")
 PCIE_KEYS = (
     "current_gen",
     "current_width",

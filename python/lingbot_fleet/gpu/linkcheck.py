@@ -34,6 +34,7 @@ from typing import Any
 
 from ..facts.schema import schema_problems
 from ..node.findings import Finding, at_or_above, count_by_severity
+from .memory_health import memory_findings
 from .nvlink import nvlink_findings
 
 # CUDA errors after which a GPU's context is dead (probe.STICKY_ERRORS).
@@ -828,6 +829,7 @@ def check_links(
         findings += host_bandwidth_findings(gpu, path_links(gpu), host_copies.get(gpu["bus_id"]))
         findings += chipset_findings(gpu, policy)
         findings += nvlink_findings(gpu, policy.nvlinks_by_model)
+        findings += memory_findings(gpu)
     findings += path_findings(facts, policy)
     findings += acs_redirect_findings(facts)
     findings += numa_findings(facts, policy)

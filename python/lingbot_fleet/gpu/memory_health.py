@@ -1,0 +1,81 @@
+"""GPU memory health: uncorrectable ECC errors and row remapping (NVML, Ampere and later).
+
+A row remap replaces a failing memory row with a spare one: pending until the GPU is next
+reset (the faulty row is still mapped until then), failed when no spare row was left (the
+GPU cannot be trusted with memory again and goes back to the vendor). Uncorrectable ECC
+errors since the driver loaded mean data on the GPU may have been corrupted. The facts
+give each GPU's ``memory`` as NVML reports it; a value NVML does not give is unknown and
+raises nothing here (gpu_checks says the driver answers; a GPU without ECC has nothing to
+count). Stdlib only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..node.findings import Finding
+
+
+def _gpu_words(gpu: Mapping[str, Any]) -> str:
+    return f"GPU {gpu.get('index')} ({gpu.get('uuid')})"
+
+
+def memory_findings(gpu: Mapping[str, Any]) -> list[Finding]:
+    """ROW_REMAP_FAILED (critical: the planner leaves the GPU out), ROW_REMAP_PENDING
+    (warning) and ECC_UNCORRECTED_ERRORS (error) for one GPU."""
+    memory = gpu.get("memory")
+    if not isinstance(memory, Mapping):
+        return []
+    index = gpu.get("index")
+    read_rows = memory.get("remapped_rows")
+    rows: Mapping[str, Any] = read_rows if isinstance(read_rows, Mapping) else {}
+    evidence = {
+        "index": index,
+        "uuid": gpu.get("uuid"),
+        "remapped_rows": dict(rows) if rows else None,
+        "uncorrected_volatile": memory.get("uncorrected_volatile"),
+        "uncorrected_aggregate": memory.get("uncorrected_aggregate"),
+    }
+    findings = []
+    if rows.get("failed"):
+        findings.append(
+            Finding(
+                code="ROW_REMAP_FAILED",
+                severity="critical",
+                subject=gpu["bus_id"],
+                message=f"{_gpu_words(gpu)}: a memory row remap failed (no spare row was "
+                "left): its memory cannot be trusted, and it is left out of the plan",
+                evidence=evidence,
+                fix=f"take GPU {index} out of service and return it to the vendor with "
+                f"nvidia-smi -q -d ROW_REMAPPER -i {index} as evidence",
+            )
+        )
+    elif rows.get("pending"):
+        findings.append(
+            Finding(
+                code="ROW_REMAP_PENDING",
+                severity="warning",
+                subject=gpu["bus_id"],
+                message=f"{_gpu_words(gpu)}: a memory row remap is pending; the failing row "
+                "stays in use until the GPU is reset",
+                evidence=evidence,
+                fix=f"reset the GPU while nothing uses it (nvidia-smi -r -i {index}), or "
+                "reboot the node in its next window",
+            )
+        )
+    volatile = memory.get("uncorrected_volatile")
+    if isinstance(volatile, int) and not isinstance(volatile, bool) and volatile > 0:
+        findings.append(
+            Finding(
+                code="ECC_UNCORRECTED_ERRORS",
+                severity="error",
+                subject=gpu["bus_id"],
+                message=f"{_gpu_words(gpu)}: {volatile} uncorrectable ECC error(s) since the "
+                "driver loaded: data on the GPU may have been corrupted",
+                evidence=evidence,
+                fix=f"drain the work on GPU {index}, reset it (nvidia-smi -r -i {index}) and "
+                "watch the count; errors that come back mean the GPU goes to the vendor",
+            )
+        )
+    return findings
