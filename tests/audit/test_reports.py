@@ -211,3 +211,34 @@ def test_write_reports_writes_the_four_files(tmp_path: Path) -> None:
 def test_unknown_threshold_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown severity 'bad'"):
         build_fleet(AuditOutcome(hosts=[]), inventory="i", limit=None, threshold="bad")
+
+
+def test_the_fleets_driver_versions_name_the_nodes_out_of_step() -> None:
+    older = record()
+    older["facts"]["driver_version"] = "535.183.01"
+    unknown = record()
+    unknown["facts"]["driver_version"] = None
+    fleet = fleet_of(
+        {"a": record(), "b": older, "c": record(), "d": unknown},
+        unreachable={"e": "ssh: connection refused"},
+    )
+    assert fleet["driver_versions"] == [
+        {"version": "550.54.15", "count": 2, "nodes": ["a", "c"], "differs": False},
+        {"version": "535.183.01", "count": 1, "nodes": ["b"], "differs": True},
+        {"version": None, "count": 1, "nodes": ["d"], "differs": True},
+    ]
+    markdown = render_markdown(fleet)
+    assert "| 550.54.15 | 2 | (the fleet's version) |" in markdown
+    assert "| 535.183.01 | 1 | b |" in markdown
+    assert "| unknown | 1 | d |" in markdown
+    assert "<td>535.183.01</td><td>1</td><td>b</td>" in render_html(fleet)
+
+
+def test_on_a_tie_the_newest_driver_is_the_fleets() -> None:
+    older = record()
+    older["facts"]["driver_version"] = "550.9.1"
+    fleet = fleet_of({"a": record(), "b": older})
+    assert [(row["version"], row["differs"]) for row in fleet["driver_versions"]] == [
+        ("550.54.15", False),
+        ("550.9.1", True),
+    ]

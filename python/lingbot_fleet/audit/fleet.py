@@ -76,6 +76,36 @@ def findings_by_code(nodes: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]
     return sorted(rows.values(), key=lambda r: (-severity_rank(r["severity"]), r["code"]))
 
 
+def driver_versions(nodes: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The NVIDIA driver versions of the fleet, the fleet's own first: one row per version (null:
+    the node's facts do not say), with its nodes; ``differs`` marks every version but the
+    one most nodes run (on a tie, the newest), so the nodes out of step are named."""
+    rows: dict[str | None, list[str]] = {}
+    for node in nodes:
+        facts = node.get("facts")
+        if node.get("status") in (STATUS_UNREACHABLE, STATUS_FAILED) or not facts:
+            continue
+        rows.setdefault(facts.get("driver_version"), []).append(node["host"])
+    known = [version for version in rows if version is not None]
+    fleet_version = max(known, key=lambda v: (len(rows[v]), _version_key(v)), default=None)
+    # The fleet's version first, then by nodes, newest first; unknown last.
+    ordered = sorted(known, key=_version_key, reverse=True) + ([None] if None in rows else [])
+    ordered.sort(key=lambda v: (v != fleet_version, v is None, -len(rows[v])))
+    return [
+        {
+            "version": version,
+            "count": len(rows[version]),
+            "nodes": sorted(rows[version]),
+            "differs": version != fleet_version,
+        }
+        for version in ordered
+    ]
+
+
+def _version_key(version: str) -> tuple[tuple[int, int | str], ...]:
+    return tuple((0, int(part)) if part.isdecimal() else (1, part) for part in version.split("."))
+
+
 def summarize(nodes: list[dict[str, Any]]) -> dict[str, Any]:
     by_severity = dict.fromkeys(SEVERITIES, 0)
     for node in nodes:
@@ -114,6 +144,7 @@ def build_fleet(
         "duration_s": None if duration_s is None else round(duration_s, 2),
         "summary": summarize(nodes),
         "findings_by_code": findings_by_code(nodes),
+        "driver_versions": driver_versions(nodes),
         "nodes": nodes,
     }
 

@@ -41,6 +41,28 @@ def _md_cell(value: Any) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
+def _version_rows(rows: list[Mapping[str, Any]]) -> list[tuple[str, str, str]]:
+    """(version, node count, the nodes out of step with the fleet) per driver version."""
+    return [
+        (
+            row["version"] or "unknown",
+            str(row["count"]),
+            ", ".join(row["nodes"]) if row["differs"] else "(the fleet's version)",
+        )
+        for row in rows
+    ]
+
+
+def _md_driver_versions(rows: list[Mapping[str, Any]]) -> list[str]:
+    if not rows:
+        return ["No node reported its driver."]
+    return [
+        "| version | nodes | differing nodes |",
+        "|---|---|---|",
+        *(f"| {_md_cell(v)} | {n} | {_md_cell(who)} |" for v, n, who in _version_rows(rows)),
+    ]
+
+
 def render_markdown(fleet: Mapping[str, Any]) -> str:
     summary = fleet["summary"]
     lines = [
@@ -67,6 +89,8 @@ def render_markdown(fleet: Mapping[str, Any]) -> str:
         ]
     else:
         lines.append("No findings.")
+    lines += ["", "## NVIDIA driver versions", ""]
+    lines += _md_driver_versions(fleet.get("driver_versions") or [])
     lines += ["", "## Nodes", ""]
     for node in fleet["nodes"]:
         lines += _md_node(node)
@@ -565,6 +589,16 @@ def _html_node(node: Mapping[str, Any]) -> str:
     return "".join(parts)
 
 
+def _html_driver_versions(rows: list[Mapping[str, Any]]) -> str:
+    if not rows:
+        return "<p>No node reported its driver.</p>"
+    body = "".join(
+        f"<tr><td>{_e(version)}</td><td>{_e(count)}</td><td>{_e(who)}</td></tr>"
+        for version, count, who in _version_rows(rows)
+    )
+    return f"<table><tr><th>version</th><th>nodes</th><th>differing nodes</th></tr>{body}</table>"
+
+
 def render_html(fleet: Mapping[str, Any]) -> str:
     summary = fleet["summary"]
     counts = "".join(
@@ -594,6 +628,7 @@ def render_html(fleet: Mapping[str, Any]) -> str:
         else "<p>No findings.</p>"
     )
     scope = _e(fleet["inventory"]) + (f", limit {_e(fleet['limit'])}" if fleet.get("limit") else "")
+    versions = _html_driver_versions(fleet.get("driver_versions") or [])
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         "<title>LingBot fleet audit</title>"
@@ -604,6 +639,7 @@ def render_html(fleet: Mapping[str, Any]) -> str:
         f"{_overview(fleet)}"
         f"<h2>Fleet</h2><table>{counts}</table>"
         f"<h2>Findings by code</h2>{codes}"
+        f"<h2>NVIDIA driver versions</h2>{versions}"
         "<h2>Nodes</h2>" + "".join(_html_node(node) for node in fleet["nodes"]) + "</body></html>\n"
     )
 
