@@ -92,6 +92,7 @@ typedef enum {
     CUDA_ERROR_DEINITIALIZED = 4,
     CUDA_ERROR_DEVICE_UNAVAILABLE = 46,
     CUDA_ERROR_NO_DEVICE = 100,
+    CUDA_ERROR_SYSTEM_DRIVER_MISMATCH = 803,
     CUDA_ERROR_INVALID_DEVICE = 101,
     CUDA_ERROR_INVALID_CONTEXT = 201,
     CUDA_ERROR_PEER_ACCESS_UNSUPPORTED = 217,
@@ -257,6 +258,9 @@ static CUresult ensure_state(void)
     if (lab_state_load(&state, error, sizeof error) != 0) {
         fprintf(stderr, "libcuda (lingbot lab): %s\n", error);
         return CUDA_ERROR_NO_DEVICE;
+    }
+    if (strcmp(state.library_version, state.driver_version) != 0) {
+        return CUDA_ERROR_SYSTEM_DRIVER_MISMATCH; /* libcuda of one version, module of another */
     }
     state_loaded = 1;
     return CUDA_SUCCESS;
@@ -434,6 +438,8 @@ static const struct {
     {CUDA_ERROR_DEVICE_UNAVAILABLE, "CUDA_ERROR_DEVICE_UNAVAILABLE",
      "CUDA-capable device(s) is/are busy or unavailable"},
     {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+     "system has unsupported display driver / cuda driver combination"},
     {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
     {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
     {CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED",

@@ -336,6 +336,11 @@ static void load_all(table_t *table, lab_state_t *state)
 {
     get_text(table, "driver.version", state->driver_version, sizeof state->driver_version);
     get_text(table, "driver.nvml_version", state->nvml_version, sizeof state->nvml_version);
+    snprintf(state->library_version, sizeof state->library_version, "%s", state->driver_version);
+    const char *library = find(table, "driver.library_version");
+    if (library) {
+        snprintf(state->library_version, sizeof state->library_version, "%s", library);
+    }
     state->cuda_driver_version = (int)get_number(table, "driver.cuda_driver_version");
     state->gpu_init_ms = (int)get_number_or(table, "driver.gpu_init_ms", LAB_DEFAULT_GPU_INIT_MS);
     state->context_create_ms =

@@ -107,6 +107,7 @@ typedef struct {
 
 typedef struct {
     char driver_version[LAB_TEXT_LEN];
+    char library_version[LAB_TEXT_LEN]; /* the user-space libraries' (mismatch: another) */
     char nvml_version[LAB_TEXT_LEN];
     int cuda_driver_version;
     /* Wall-clock costs libcuda spends (see cuda.c, "Startup costs"). */

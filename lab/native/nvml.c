@@ -243,6 +243,9 @@ EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
         if (lab_state_load(&state, error, sizeof error) != 0) {
             fprintf(stderr, "libnvidia-ml (lingbot lab): %s\n", error);
             result = NVML_ERROR_DRIVER_NOT_LOADED;
+        } else if (strcmp(state.library_version, state.driver_version) != 0) {
+            /* The libraries of one driver version, the kernel module of another. */
+            result = NVML_ERROR_LIB_RM_VERSION_MISMATCH;
         } else {
             for (int i = 0; i < LAB_MAX_GPUS; i++) {
                 devices[i].index = i;

@@ -54,6 +54,24 @@ def test_the_driver_not_loaded_after_the_reboot_is_named(
     assert evidence["driver"]["state"] == "not_loaded"
 
 
+def test_a_module_of_another_version_than_the_libraries_is_named(
+    tmp_path: Path, lab_env: Any, lab_pynvml: Any
+) -> None:
+    profile = a6000_pair(
+        faults=[{"kind": "driver_library_mismatch", "library_version": "550.90.07"}]
+    )
+    node = boot_lab_node(profile, tmp_path)
+    lab_env(node)
+    problems, evidence = gpu_problems(str(node.root), bus_ids(node), smi_command=SMI_COMMAND)
+    [problem] = problems
+    assert problem.startswith(
+        "the NVIDIA driver's libraries and the kernel module loaded after the reboot are of"
+        " different versions, so none of the 2 GPU(s) on the PCI bus can be used (NVML: "
+    )
+    assert problem.endswith("rebuild it (dkms autoinstall) and reboot again")
+    assert evidence["driver"]["state"] == "version_mismatch"
+
+
 def test_a_gpu_gone_from_the_bus_is_named_by_its_bus_id(
     pair_node: LabNode, lab_pynvml: Any
 ) -> None:

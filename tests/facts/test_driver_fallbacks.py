@@ -136,6 +136,31 @@ def test_a_driver_that_is_not_loaded_is_told_apart_and_is_critical(
     assert "dkms" in finding.fix
 
 
+def test_libraries_of_another_driver_version_than_the_module_are_critical(
+    tmp_path: Path, lab_env: Any, lab_pynvml: Any
+) -> None:
+    """A driver updated without the reboot that loads its module (fault
+    driver_library_mismatch): NVML says RM version mismatch, nvidia-smi exits 18, libcuda
+    refuses too; the node is critical, with the fix, not unknown."""
+    profile = a6000_pair(
+        faults=[{"kind": "driver_library_mismatch", "library_version": "550.90.07"}]
+    )
+    node = boot_lab_node(profile, tmp_path)
+    lab_env(node)
+    facts = gather_facts(node.root, smi_command=SMI_COMMAND)
+    assert facts["sources"]["gpus"] == "sysfs"
+    assert facts["driver"]["state"] == "version_mismatch"
+    assert [line.split(":")[0] for line in facts["driver"]["evidence"]] == [
+        "NVML",
+        "nvidia-smi exited 18",
+    ]
+    assert "Driver/library version mismatch" in facts["driver"]["evidence"][1]
+    assert schema_problems(facts) == []
+    [finding] = [f for f in check_links(facts, LinkPolicy()) if f.code.startswith("GPU_DRIVER")]
+    assert (finding.code, finding.severity) == ("GPU_DRIVER_VERSION_MISMATCH", "critical")
+    assert finding.fix.startswith("the driver was updated without loading its new module")
+
+
 def test_a_driver_no_tool_can_ask_is_unknown_never_ok(
     pair_node: LabNode, tmp_path: Path, no_pynvml: None
 ) -> None:

@@ -199,6 +199,7 @@ def test_a6000_reference_values():
     assert gpu["iommu_group"] == 2
     assert state["driver"] == {
         "version": "550.54.15",
+        "library_version": "550.54.15",
         "nvml_version": "12.550.54.15",
         "cuda_driver_version": 12040,
         "gpu_init_ms": 400,

@@ -163,6 +163,15 @@ def test_calls_before_init_fail(cuda_loader: Any, lab_root: Path) -> None:
     cuda.call("cuDeviceGetCount", ctypes.byref(ctypes.c_int()), expect=CUDA_ERROR_NOT_INITIALIZED)
 
 
+def test_libcuda_of_another_version_than_the_module_refuses_to_start(
+    cuda_loader: Any, lab_root: Path
+) -> None:
+    state = scenario_state("phb")
+    state["driver"]["library_version"] = "550.90.07"
+    cuda = cuda_loader(flatten(state), lab_root)
+    assert cuda.cuInit(0) == 803  # CUDA_ERROR_SYSTEM_DRIVER_MISMATCH
+
+
 def test_timed_peer_copy_reports_the_profile_bandwidth(cuda_on: Any) -> None:
     cuda = cuda_on(flatten(scenario_state("phb")))
     assert_close(timed_peer_copy_gbytes_per_s(cuda, peer_access=True), PHB_P2P["gbytes_per_s"])

@@ -243,6 +243,18 @@ def test_missing_state_means_driver_not_loaded(nvml_library: Any, lab_root: Path
         pynvml.nvmlInit()
 
 
+def test_libraries_of_another_version_than_the_module_are_a_version_mismatch(
+    nvml_library: Any, lab_root: Path
+) -> None:
+    import pynvml
+
+    state = scenario_state("phb")
+    state["driver"]["library_version"] = "550.90.07"
+    write_lab_root(lab_root, flatten(state))
+    with pytest.raises(pynvml.NVMLError_LibRmVersionMismatch):
+        pynvml.nvmlInit()
+
+
 def test_small_buffers_are_refused(nvml_session: Any, nvml_library: Any) -> None:
     import ctypes
 

@@ -338,6 +338,16 @@ def compute_state(profile: dict[str, Any], cmdline: str) -> dict[str, Any]:
         "boot": {"cmdline": cmdline, "iommu_mode": mode, "acpi_pci": not noacpi},
         "driver": {
             "version": driver["version"],
+            # The user-space libraries' version: another one after a driver update that
+            # was not followed by a reboot (fault driver_library_mismatch).
+            "library_version": next(
+                (
+                    fault["library_version"]
+                    for fault in profile["faults"]
+                    if fault["kind"] == "driver_library_mismatch"
+                ),
+                driver["version"],
+            ),
             "nvml_version": f"{cuda_major}.{driver['version']}",
             "cuda_driver_version": driver["cuda_driver_version"],
             "gpu_init_ms": driver["gpu_init_ms"],

@@ -31,6 +31,7 @@ FAULT_KINDS = (
     "row_remap_pending",
     "row_remap_failed",
     "ecc_uncorrected",
+    "driver_library_mismatch",
 )
 # A path's measured figure sets: what a copy of that kind takes (paths[].<key>).
 PATH_FIGURE_SETS = ("p2p", "host_staged", "p2p_iommu_translated", "p2p_without_acs_redirect")
@@ -445,6 +446,14 @@ def _check_faults(check: ProfileChecker, profile: dict[str, Any]) -> None:
             check.integer(gpu, f"{where}.gpu", 0, len(profile["gpus"]) - 1)
         if kind == "device_fails_after_copies":
             check.integer(check.require(fault, "copies", where), f"{where}.copies", 1, 1 << 30)
+        if kind == "driver_library_mismatch":
+            version = check.require(fault, "library_version", where)
+            if not isinstance(version, str) or not version.strip():
+                check.fail(
+                    f"{where}.library_version",
+                    f"{version!r} is not a driver version",
+                    'write the libraries\' version in quotes, e.g. "550.90.07"',
+                )
         if kind == "ecc_uncorrected":
             check.integer(check.require(fault, "count", where), f"{where}.count", 1, 1 << 30)
         if kind == "nvlink_down":

@@ -25,6 +25,7 @@ EXIT_NO_PERMISSION = 4
 EXIT_QUERY_FAILED = 6
 EXIT_DRIVER_NOT_LOADED = 9
 EXIT_GPU_LOST = 15
+EXIT_LIB_RM_VERSION_MISMATCH = 18
 
 INVALID_ARGUMENTS = "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"
 DRIVER_NOT_LOADED = (
@@ -870,6 +871,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         command = parse_command(arguments)
         state = persistence.load_state(root)
+        driver = state.get("driver") or {}
+        if driver.get("library_version", driver.get("version")) != driver.get("version"):
+            library = ".".join(str(driver["library_version"]).split(".")[:2])
+            sys.stdout.write(
+                "Failed to initialize NVML: Driver/library version mismatch\n"
+                f"NVML library version: {library}\n"
+            )
+            return EXIT_LIB_RM_VERSION_MISMATCH
         output, code = run_command(command, state, root, time.time(), os.geteuid() == 0)
     except ArgumentError as error:
         sys.stdout.write(error.message)

@@ -31,6 +31,7 @@ def _empty_pcie() -> dict[str, Any]:
 DRIVER_ANSWERS = "answers"
 DRIVER_NOT_LOADED = "not_loaded"
 DRIVER_UNKNOWN = "unknown"
+DRIVER_VERSION_MISMATCH = "version_mismatch"
 
 
 def read_driver_view(
@@ -40,6 +41,7 @@ def read_driver_view(
     ``use_nvml``), then nvidia-smi."""
     notes: list[str] = []
     not_loaded: list[str] = []
+    mismatch: list[str] = []
     if use_nvml:
         try:
             return read_nvml(load_pynvml(nvml_python_path)), "nvml", notes, _answers()
@@ -47,6 +49,8 @@ def read_driver_view(
             notes.append(f"NVML not used: {error}; GPU fields come from nvidia-smi")
             if error.driver_not_loaded:
                 not_loaded.append(f"NVML: {error}")
+            if error.version_mismatch:
+                mismatch.append(f"NVML: {error}")
     else:
         notes.append("NVML not used: turned off by the caller; GPU fields come from nvidia-smi")
     from .smi import SmiUnavailableError, read_smi  # noqa: PLC0415  (only the fallback needs it)
@@ -57,6 +61,10 @@ def read_driver_view(
         notes.append(f"nvidia-smi not usable: {error}; only sysfs fields are known")
         if error.driver_not_loaded:
             not_loaded.append(f"nvidia-smi exited {error.returncode}: {error.output[:200]}")
+        if error.version_mismatch:
+            mismatch.append(f"nvidia-smi exited {error.returncode}: {error.output[:200]}")
+    if mismatch:
+        return None, "sysfs", notes, {"state": DRIVER_VERSION_MISMATCH, "evidence": mismatch}
     if not_loaded:
         return None, "sysfs", notes, {"state": DRIVER_NOT_LOADED, "evidence": not_loaded}
     return None, "sysfs", notes, {"state": DRIVER_UNKNOWN, "evidence": notes[-2:]}

@@ -31,15 +31,22 @@ MIG_WORDS = {0: "disabled", 1: "enabled"}
 
 # nvmlReturn_t NVML_ERROR_DRIVER_NOT_LOADED: the library is there, the kernel driver is not.
 NVML_ERROR_DRIVER_NOT_LOADED = 9
+# NVML_ERROR_LIB_RM_VERSION_MISMATCH: the libraries of one driver version, the kernel module
+# of another (a driver updated without the reboot that loads its module).
+NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
 
 
 class NvmlUnavailableError(Exception):
-    """pynvml cannot be imported, or NVML cannot be initialized; str() says which, and
-    ``driver_not_loaded`` whether NVML said the kernel driver is not loaded."""
+    """pynvml cannot be imported, or NVML cannot be initialized; str() says which,
+    ``driver_not_loaded`` whether NVML said the kernel driver is not loaded, and
+    ``version_mismatch`` whether it said the libraries and the kernel module differ."""
 
-    def __init__(self, message: str, *, driver_not_loaded: bool = False) -> None:
+    def __init__(
+        self, message: str, *, driver_not_loaded: bool = False, version_mismatch: bool = False
+    ) -> None:
         super().__init__(message)
         self.driver_not_loaded = driver_not_loaded
+        self.version_mismatch = version_mismatch
 
 
 def _search_also(extra_paths: Sequence[str]) -> None:
@@ -95,9 +102,11 @@ class NvmlReader:
         try:
             self.nvml.nvmlInit()
         except self.nvml.NVMLError as error:
+            value = getattr(error, "value", None)
             raise NvmlUnavailableError(
                 f"nvmlInit failed: {error}",
-                driver_not_loaded=getattr(error, "value", None) == NVML_ERROR_DRIVER_NOT_LOADED,
+                driver_not_loaded=value == NVML_ERROR_DRIVER_NOT_LOADED,
+                version_mismatch=value == NVML_ERROR_LIB_RM_VERSION_MISMATCH,
             ) from None
         return self
 

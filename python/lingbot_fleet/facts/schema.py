@@ -25,7 +25,7 @@ TOP_LEVEL_KEYS = (
 OPTIONAL_TOP_LEVEL_KEYS = ("host", "driver")
 HOST_KEYS = ("numactl_path",)
 # facts["driver"]["state"] (facts/document.py says when each is given).
-DRIVER_STATES = ("answers", "not_loaded", "unknown")
+DRIVER_STATES = ("answers", "not_loaded", "version_mismatch", "unknown")
 GPU_KEYS = (
     "index",
     "lost",

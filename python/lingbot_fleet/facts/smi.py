@@ -40,6 +40,8 @@ COMMAND_TIMEOUT_S = 30
 EXIT_GPU_LOST = 15
 # nvidia-smi's exit status when it cannot talk to the kernel driver (not loaded).
 EXIT_DRIVER_NOT_LOADED = 9
+# ... when its NVML library and the kernel module are of different driver versions.
+EXIT_VERSION_MISMATCH = 18
 EXIT_INVALID_ARGUMENT = 2
 
 
@@ -54,6 +56,10 @@ class SmiUnavailableError(Exception):
     @property
     def driver_not_loaded(self) -> bool:
         return self.returncode == EXIT_DRIVER_NOT_LOADED
+
+    @property
+    def version_mismatch(self) -> bool:
+        return self.returncode == EXIT_VERSION_MISMATCH
 
 
 def run_smi(command: Sequence[str], arguments: Sequence[str]) -> str:

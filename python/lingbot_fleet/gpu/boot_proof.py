@@ -15,7 +15,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..facts import sysfs
-from ..facts.document import DRIVER_ANSWERS, DRIVER_NOT_LOADED, read_driver_view
+from ..facts.document import (
+    DRIVER_ANSWERS,
+    DRIVER_NOT_LOADED,
+    DRIVER_VERSION_MISMATCH,
+    read_driver_view,
+)
 
 SMI_COMMAND = ("nvidia-smi",)
 
@@ -58,6 +63,13 @@ def gpu_problems(
             f" GPU(s) on the PCI bus can be used ({'; '.join(state['evidence'])}): load it"
             " (modprobe nvidia); when that fails its module is not built for this kernel:"
             " build it (dkms autoinstall) or boot the kernel it was built for"
+        )
+    elif state["state"] == DRIVER_VERSION_MISMATCH:
+        problems.append(
+            f"the NVIDIA driver's libraries and the kernel module loaded after the reboot are"
+            f" of different versions, so none of the {len(on_bus)} GPU(s) on the PCI bus can"
+            f" be used ({'; '.join(state['evidence'])}): the module built for this kernel is"
+            " not the installed driver's; rebuild it (dkms autoinstall) and reboot again"
         )
     elif state["state"] == DRIVER_ANSWERS:
         answered = {str(gpu.get("bus_id")).lower() for gpu in (driver or {}).get("gpus", [])}

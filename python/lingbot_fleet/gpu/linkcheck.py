@@ -785,6 +785,26 @@ def driver_findings(facts: Mapping[str, Any]) -> list[Finding]:
                 ),
             )
         ]
+    if state == "version_mismatch":
+        return [
+            Finding(
+                code="GPU_DRIVER_VERSION_MISMATCH",
+                severity="critical",
+                subject="node",
+                message=(
+                    "the NVIDIA driver's libraries and its loaded kernel module are of different"
+                    f" versions, so none of the {len(gpus)} NVIDIA GPU(s) on the PCI bus"
+                    f" ({bus_ids}) can be used: NVML and CUDA refuse to start"
+                ),
+                evidence={"driver": evidence, "bus_ids": [gpu.get("bus_id") for gpu in gpus]},
+                fix=(
+                    "the driver was updated without loading its new module: reboot the node"
+                    " (in its batch), or, with nothing using the GPUs, reload the module"
+                    " (rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia; modprobe nvidia);"
+                    " compare /proc/driver/nvidia/version with the installed driver package"
+                ),
+            )
+        ]
     return [
         Finding(
             code="GPU_DRIVER_UNKNOWN",
