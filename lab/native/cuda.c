@@ -92,6 +92,7 @@ typedef enum {
     CUDA_ERROR_DEINITIALIZED = 4,
     CUDA_ERROR_DEVICE_UNAVAILABLE = 46,
     CUDA_ERROR_NO_DEVICE = 100,
+    CUDA_ERROR_SYSTEM_NOT_READY = 802,
     CUDA_ERROR_SYSTEM_DRIVER_MISMATCH = 803,
     CUDA_ERROR_INVALID_DEVICE = 101,
     CUDA_ERROR_INVALID_CONTEXT = 201,
@@ -261,6 +262,11 @@ static CUresult ensure_state(void)
     }
     if (strcmp(state.library_version, state.driver_version) != 0) {
         return CUDA_ERROR_SYSTEM_DRIVER_MISMATCH; /* libcuda of one version, module of another */
+    }
+    for (int i = 0; i < state.gpu_count; i++) {
+        if (state.gpus[i].fabric_state == 1) {
+            return CUDA_ERROR_SYSTEM_NOT_READY; /* an NVSwitch system whose fabric is not up */
+        }
     }
     state_loaded = 1;
     return CUDA_SUCCESS;
@@ -438,6 +444,7 @@ static const struct {
     {CUDA_ERROR_DEVICE_UNAVAILABLE, "CUDA_ERROR_DEVICE_UNAVAILABLE",
      "CUDA-capable device(s) is/are busy or unavailable"},
     {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {CUDA_ERROR_SYSTEM_NOT_READY, "CUDA_ERROR_SYSTEM_NOT_READY", "system not yet initialized"},
     {CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
      "system has unsupported display driver / cuda driver combination"},
     {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},

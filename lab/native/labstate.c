@@ -288,6 +288,7 @@ static void load_gpu(table_t *table, int index, lab_gpu_t *gpu)
         (int)get_number_or(table, KEY("gpu.%d.memory.rows_remapped_uncorrectable", index), 0);
     gpu->remap_pending = (int)get_number_or(table, KEY("gpu.%d.memory.remap_pending", index), 0);
     gpu->remap_failed = (int)get_number_or(table, KEY("gpu.%d.memory.remap_failed", index), 0);
+    gpu->fabric_state = (int)get_number_or(table, KEY("gpu.%d.fabric_state", index), 0);
     gpu->persistence_default =
         (int)get_number_or(table, KEY("gpu.%d.persistence_default", index), 0);
 }

@@ -87,6 +87,7 @@ typedef struct {
     int rows_remapped_uncorrectable;
     int remap_pending;
     int remap_failed;
+    int fabric_state; /* nvmlGpuFabricState_t: 0 no fabric, 1 not started, 3 completed */
     int persistence_default;
 } lab_gpu_t;
 

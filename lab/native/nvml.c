@@ -713,6 +713,28 @@ EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int 
     return NVML_SUCCESS;
 }
 
+/* ---- NVLink fabric (NVSwitch systems) --------------------------------------------- */
+
+typedef unsigned char nvmlGpuFabricState_t;
+typedef struct {
+    unsigned char clusterUuid[16];
+    nvmlReturn_t status;
+    unsigned int cliqueId;
+    nvmlGpuFabricState_t state;
+} nvmlGpuFabricInfo_t;
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *info)
+{
+    RESOLVE(device, gpu);
+    if (!info) {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    memset(info, 0, sizeof *info);
+    info->status = NVML_SUCCESS;
+    info->state = (nvmlGpuFabricState_t)gpu->fabric_state;
+    return NVML_SUCCESS;
+}
+
 /* ---- topology, P2P, NVLink ------------------------------------------------------ */
 
 static nvmlReturn_t resolve_pair(nvmlDevice_t device1, nvmlDevice_t device2,

@@ -123,6 +123,7 @@ def test_pair_facts_both_sources_agree(pair_node: LabNode, lab_pynvml: Any) -> N
             # NVLink state and memory health come from NVML alone (no NVLink here).
             assert gpu.pop("nvlink", None) is None
             gpu.pop("memory", None)
+            gpu.pop("fabric", None)
     strip = ("sources", "notes")
     assert {k: v for k, v in through_nvml.items() if k not in strip} == {
         k: v for k, v in through_smi.items() if k not in strip

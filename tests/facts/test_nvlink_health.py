@@ -8,11 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from facts_support import boot_lab_node, load_profile
+from facts_support import SMI_COMMAND, boot_lab_node, load_profile
 
+from lingbot_fleet.audit.evaluate import AuditPolicy, evaluate_node
+from lingbot_fleet.audit.node_document import collect_node
 from lingbot_fleet.facts import gather_facts
 from lingbot_fleet.gpu.linkcheck import LinkPolicy, check_links
-from lingbot_fleet.gpu.nvlink import nvlink_findings
+from lingbot_fleet.gpu.nvlink import fabric_findings, nvlink_findings
 
 H100 = "h100-sxm-nvswitch"
 
@@ -107,3 +109,48 @@ def test_the_count_a_gpu_should_have(
 def test_the_fleet_table_comes_from_the_role_variable() -> None:
     policy = LinkPolicy.from_vars({"nvlinks_by_model": {"NVIDIA H100 80GB HBM3": "16"}})
     assert policy.nvlinks_by_model == {"NVIDIA H100 80GB HBM3": 16}
+
+
+# --- the NVLink fabric of an NVSwitch system ------------------------------------------------
+
+
+def test_a_fabric_set_up_reads_completed_and_pcie_gpus_have_none(
+    tmp_path: Path, lab_env: Any, lab_pynvml: Any
+) -> None:
+    facts = h100_facts(tmp_path, lab_env, [])
+    assert {gpu["fabric"] for gpu in facts["gpus"]} == {"completed"}
+    assert [f for f in check_links(facts, LinkPolicy()) if "FABRIC" in f.code] == []
+
+
+def test_the_fabric_manager_down_is_critical_and_no_gpu_is_planned(
+    tmp_path: Path, lab_env: Any, lab_pynvml: Any
+) -> None:
+    """Fault test: the fabric manager never set the fabric up (its service down): every
+    GPU's fabric is not started, CUDA refuses to start (the probe says so), and the plan
+    leaves the GPUs out until it runs."""
+    profile = load_profile(H100)
+    profile["faults"] = [{"kind": "fabric_manager_down"}]
+    node = boot_lab_node(profile, tmp_path)
+    lab_env(node)
+    record = evaluate_node(
+        collect_node(root=str(node.root), use_nvml=True, smi_command=SMI_COMMAND), AuditPolicy()
+    )
+    fabric = [f for f in record["findings"] if f["code"] == "NVLINK_FABRIC_NOT_READY"]
+    assert len(fabric) == 8
+    assert {f["severity"] for f in fabric} == {"critical"}
+    assert "its NVLink fabric is not started" in fabric[0]["message"]
+    assert "nvidia-fabricmanager" in fabric[0]["fix"]
+    planned = [
+        gpu
+        for instance in (record["plan"] or {}).get("instances") or []
+        for gpu in instance["gpus"]
+    ]
+    assert planned == [], record["plan"]
+
+
+def test_a_fabric_state_the_toolkit_does_not_know_is_a_note() -> None:
+    [note] = fabric_findings({**GPU, "fabric": "unknown 7"})
+    assert (note.code, note.severity) == ("FABRIC_STATE_UNKNOWN", "info")
+    assert "'unknown 7'" in note.message
+    assert fabric_findings({**GPU, "fabric": None}) == []
+    assert fabric_findings({**GPU, "fabric": "not_supported"}) == []

@@ -809,6 +809,15 @@ def test_guard_refuses_a_default_entry_that_misses_the_policy(tmp_path: Path) ->
         "(/boot/grub/grub.cfg, gnulinux-simple-1) lacks iommu=pt, holds pci=noacpi: the "
         "reboot would not apply the policy; run the kernel_cmdline role again"
     )
+    # A rollback reboots into the configuration it restored: only the driver is asked.
+    result = kc.guard_reboot(params(node.root, guard_reboot=True, verify_against="configuration"))
+    assert result["next_boot_driver"]["state"] == "built"
+    install_kernel(node.root, "6.1.0-99-amd64", None)
+    boot_entry_kernel(node, "6.1.0-99-amd64")
+    with pytest.raises(
+        kc.ModuleError, match=r"kernel 6\.1\.0-99-amd64 has no NVIDIA kernel module"
+    ):
+        kc.guard_reboot(params(node.root, guard_reboot=True, verify_against="configuration"))
 
 
 def test_guard_lets_an_unnamed_kernel_go_with_a_warning(tmp_path: Path) -> None:

@@ -115,6 +115,20 @@ def active_nvlinks(profile: dict[str, Any], index: int) -> list[dict[str, Any]]:
     return list(reversed(groups))
 
 
+# NVML's nvmlGpuFabricState_t.
+FABRIC_NOT_SUPPORTED, FABRIC_NOT_STARTED, FABRIC_COMPLETED = 0, 1, 3
+
+
+def fabric_state(profile: dict[str, Any], index: int) -> int:
+    """A GPU linked to NVSwitches joins the NVLink fabric once the fabric manager has set it
+    up (completed); with the fabric manager down it never starts. Others have no fabric."""
+    if not any(link["to"] == "nvswitch" for link in profile["gpus"][index]["nvlinks"]):
+        return FABRIC_NOT_SUPPORTED
+    if any(fault["kind"] == "fabric_manager_down" for fault in profile["faults"]):
+        return FABRIC_NOT_STARTED
+    return FABRIC_COMPLETED
+
+
 def memory_health(profile: dict[str, Any], index: int) -> dict[str, int]:
     """What the GPU's memory reports through NVML (faults row_remap_pending,
     row_remap_failed, ecc_uncorrected): a row remapped for an uncorrectable error is
@@ -267,6 +281,7 @@ def _gpu_state(
         "nvlinks": [dict(nvlink) for nvlink in gpu["nvlinks"]],
         "nvlinks_inactive": inactive_nvlinks(profile, index),
         "memory": memory_health(profile, index),
+        "fabric_state": fabric_state(profile, index),
         "mig_mode": 1 if gpu["mig"] else 0,
         "lost": any(f["kind"] == "gpu_lost" and f["gpu"] == index for f in faults),
         "fail_after_copies": next(

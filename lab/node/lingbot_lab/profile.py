@@ -32,6 +32,7 @@ FAULT_KINDS = (
     "row_remap_failed",
     "ecc_uncorrected",
     "driver_library_mismatch",
+    "fabric_manager_down",
 )
 # A path's measured figure sets: what a copy of that kind takes (paths[].<key>).
 PATH_FIGURE_SETS = ("p2p", "host_staged", "p2p_iommu_translated", "p2p_without_acs_redirect")

@@ -690,11 +690,12 @@ def verify(params: dict[str, Any]) -> dict[str, Any]:
 
 def guard_reboot(params: dict[str, Any]) -> dict[str, Any]:
     """Whether rebooting now boots what the GPUs survive: the default boot entry holds the
-    policy, and, with NVIDIA GPUs on the PCI bus, its kernel has the NVIDIA module built
-    for it (``driver_modules``). Reads only; raises ModuleError naming the entry, the
-    kernel and the fix when the reboot must not happen. A kernel the entry does not name
-    is reported (``next_boot_driver.note``) and does not stop the reboot: the proof after
-    it still holds the node to its GPUs."""
+    policy (not asked with ``verify_against: configuration``: a rollback reboots into
+    whatever configuration it restored), and, with NVIDIA GPUs on the PCI bus, its kernel
+    has the NVIDIA module built for it (``driver_modules``). Reads only; raises ModuleError
+    naming the entry, the kernel and the fix when the reboot must not happen. A kernel
+    the entry does not name is reported (``next_boot_driver.note``) and does not stop the
+    reboot: the proof after it still holds the node to its GPUs."""
     root = params["root"]
     policy = resolve_policy(params, root)
     running_text = read_running(root)
@@ -717,7 +718,7 @@ def guard_reboot(params: dict[str, Any]) -> dict[str, Any]:
             "the boot configuration has no default entry to boot (no BLS entry, no menu entry "
             "in grub.cfg); regenerate it (update-grub, grub2-mkconfig) and run again"
         )
-    else:
+    elif params["verify_against"] == "policy":
         report = check_policy(parse_cmdline(" ".join(boot.args)), policy)
         misses = [f"lacks {p.render()}" for p in report.missing]
         misses += [f"holds {p.render()}" for p in report.unwanted]

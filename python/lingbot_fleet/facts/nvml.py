@@ -9,6 +9,7 @@ and its fields come from sysfs, like a GPU NVML refuses outright; the others are
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import glob
 import sys
 from collections.abc import Callable, Sequence
@@ -27,6 +28,8 @@ MEMORY_ERROR_UNCORRECTED = 1
 ECC_COUNTER_VOLATILE = 0
 ECC_COUNTER_AGGREGATE = 1
 MIG_WORDS = {0: "disabled", 1: "enabled"}
+# nvmlGpuFabricState_t.
+FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
 
 
 # nvmlReturn_t NVML_ERROR_DRIVER_NOT_LOADED: the library is there, the kernel driver is not.
@@ -170,7 +173,24 @@ class NvmlReader:
             "mig_mode": MIG_WORDS.get(mig[0]) if mig is not None else None,
             "nvlink": self.nvlink_links(handle),
             "memory": self.memory_health(handle),
+            "fabric": self.fabric_state(handle),
         }
+
+    def fabric_state(self, handle: Any) -> str | None:
+        """The GPU's NVLink fabric state (NVSwitch systems, Hopper and later): not_supported,
+        not_started, in_progress, completed, or "unknown <n>" for a state this reader does
+        not know; None when NVML (or its binding) has no such call."""
+        info_type = getattr(self.nvml, "c_nvmlGpuFabricInfo_t", None)
+        if info_type is None or not hasattr(self.nvml, "nvmlDeviceGetGpuFabricInfo"):
+            return None
+        info = info_type()
+        try:
+            self.nvml.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(info))
+        except self.nvml.NVMLError:
+            return None
+        # nvmlGpuFabricState_t is one byte; the binding reads the padding after it too.
+        state = int(info.state) & 0xFF
+        return FABRIC_STATES.get(state, f"unknown {state}")
 
     def memory_health(self, handle: Any) -> dict[str, Any]:
         """ECC and row remapping as NVML reports them; a value NVML does not give (a GPU

@@ -42,8 +42,8 @@ GPU_KEYS = (
     "host_bridge",
     "bridges",
 )
-# Added within schema 1, per GPU, when NVML was asked (docs/facts.md): nvlink, memory.
-OPTIONAL_GPU_KEYS = ("nvlink", "memory")
+# Added within schema 1, per GPU, when NVML was asked (docs/facts.md).
+OPTIONAL_GPU_KEYS = ("nvlink", "memory", "fabric")
 PCIE_KEYS = (
     "current_gen",
     "current_width",

@@ -35,7 +35,7 @@ from typing import Any
 from ..facts.schema import schema_problems
 from ..node.findings import Finding, at_or_above, count_by_severity
 from .memory_health import memory_findings
-from .nvlink import nvlink_findings
+from .nvlink import fabric_findings, nvlink_findings
 
 # CUDA errors after which a GPU's context is dead (probe.STICKY_ERRORS).
 STICKY_CUDA_ERRORS = (
@@ -850,6 +850,7 @@ def check_links(
         findings += chipset_findings(gpu, policy)
         findings += nvlink_findings(gpu, policy.nvlinks_by_model)
         findings += memory_findings(gpu)
+        findings += fabric_findings(gpu)
     findings += path_findings(facts, policy)
     findings += acs_redirect_findings(facts)
     findings += numa_findings(facts, policy)

@@ -88,3 +88,47 @@ def nvlink_findings(gpu: Mapping[str, Any], nvlinks_by_model: Mapping[str, int])
             ),
         )
     ]
+
+
+# NVLink fabric states (facts gpus[].fabric) that leave an NVSwitch GPU without its peers.
+FABRIC_NOT_READY = ("not_started", "in_progress")
+FABRIC_KNOWN = ("not_supported", "completed", *FABRIC_NOT_READY)
+
+
+def fabric_findings(gpu: Mapping[str, Any]) -> list[Finding]:
+    """NVLINK_FABRIC_NOT_READY (critical) for a GPU of an NVSwitch system whose fabric the
+    fabric manager has not set up: CUDA does not start on such a system, so the planner
+    leaves the GPU out until it is. A state this toolkit does not know is a note naming
+    it (FABRIC_STATE_UNKNOWN, info), never ok by silence."""
+    state = gpu.get("fabric")
+    if not isinstance(state, str) or state in ("not_supported", "completed"):
+        return []
+    index = gpu.get("index")
+    evidence = {"index": index, "uuid": gpu.get("uuid"), "fabric": state}
+    if state not in FABRIC_KNOWN:
+        return [
+            Finding(
+                code="FABRIC_STATE_UNKNOWN",
+                severity="info",
+                subject=gpu["bus_id"],
+                message=f"GPU {index} reports NVLink fabric state {state!r}, which this "
+                "toolkit does not know",
+                evidence=evidence,
+                fix=f"read nvidia-smi -q -i {index} (its Fabric section) and the fabric "
+                "manager's log (journalctl -u nvidia-fabricmanager)",
+            )
+        ]
+    return [
+        Finding(
+            code="NVLINK_FABRIC_NOT_READY",
+            severity="critical",
+            subject=gpu["bus_id"],
+            message=f"GPU {index} ({gpu.get('uuid')}): its NVLink fabric is "
+            f"{state.replace('_', ' ')}: on an NVSwitch system CUDA does not start until "
+            "the fabric manager has set the fabric up, so the GPU is left out of the plan",
+            evidence=evidence,
+            fix="start the fabric manager (systemctl enable --now nvidia-fabricmanager), at the "
+            "driver's own version (its package matches the driver's), and read its log "
+            "(journalctl -u nvidia-fabricmanager); then run site.yml again",
+        )
+    ]

@@ -188,8 +188,9 @@ options:
   guard_reboot:
     description:
       - Check, instead of configuring, that a reboot now keeps the GPUs - the default boot
-        entry holds the policy, and its kernel has the NVIDIA module when NVIDIA GPUs are
-        on the PCI bus. Fails with RV(next_boot_driver) when not.
+        entry holds the policy (only with O(verify_against=policy); a rollback reboots into
+        the configuration it restored), and its kernel has the NVIDIA module when NVIDIA GPUs
+        are on the PCI bus. Fails with RV(next_boot_driver) when not.
     type: bool
     default: false
 attributes:
