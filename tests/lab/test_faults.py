@@ -38,12 +38,18 @@ def rollback_to_zero(spec, booted_lab) -> None:
     assert done.rc == 0, done.stdout[-4000:]
 
 
-def pristine(spec, booted_lab) -> str:
-    """The node as before the toolkit touched it (rolled back to 0 if it has generations),
-    as the md5 of every file the toolkit may change."""
+def back_to_zero(spec, booted_lab) -> None:
+    """Roll back to generation 0 when the toolkit has recorded a generation on the node (a
+    node a test never let it change has none, and nothing to roll back)."""
     listing = booted_lab.run(spec, "ls /var/lib/lingbot-fleet/generations 2>/dev/null", check=False)
     if listing.stdout.split():
         rollback_to_zero(spec, booted_lab)
+
+
+def pristine(spec, booted_lab) -> str:
+    """The node as before the toolkit touched it (rolled back to 0 if it has generations),
+    as the md5 of every file the toolkit may change."""
+    back_to_zero(spec, booted_lab)
     assert not has_open_generation(booted_lab, spec)
     return booted_lab.run(spec, TOOLKIT_FILES).stdout
 
@@ -185,7 +191,7 @@ def test_a_reboot_that_comes_back_without_the_driver_fails_its_batch_and_stops(b
         booted_lab.run(broken, "mv /root/profile.json /opt/lingbot-lab/profile.json")
         booted_lab.reboot(broken)
     for spec in pair:
-        rollback_to_zero(spec, booted_lab)
+        back_to_zero(spec, booted_lab)
         assert booted_lab.run(spec, TOOLKIT_FILES).stdout == originals[spec.name]
 
 
