@@ -154,3 +154,9 @@ def test_a_fabric_state_the_toolkit_does_not_know_is_a_note() -> None:
     assert "'unknown 7'" in note.message
     assert fabric_findings({**GPU, "fabric": None}) == []
     assert fabric_findings({**GPU, "fabric": "not_supported"}) == []
+
+
+@pytest.mark.parametrize("count", [0, -2, 19, "many", True, 1.5])
+def test_a_table_count_that_is_no_link_count_is_refused_naming_the_model(count: Any) -> None:
+    with pytest.raises(ValueError, match=r"^gpu_checks_nvlinks_by_model\['NVIDIA H200'\] is "):
+        LinkPolicy.from_vars({"nvlinks_by_model": {"NVIDIA H200": count}})

@@ -49,7 +49,6 @@ BUILT = "built"
 MISSING = "missing"
 NOT_INDEXED = "not_indexed"
 UNKNOWN = "unknown"
-LOSES_DRIVER = (MISSING, NOT_INDEXED)
 
 
 def kernel_release(image: str | None, root: str = "/") -> str | None:

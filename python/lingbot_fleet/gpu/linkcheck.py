@@ -93,10 +93,7 @@ class LinkPolicy:
             chipset_bridge_ids=tuple(data.get("chipset_bridge_ids") or ()),
             numa_node_count=int(data.get("numa_node_count") or 0),
             min_load_s=float(data.get("load_min_s") or MIN_LOAD_S),
-            nvlinks_by_model={
-                str(model): int(count)
-                for model, count in (data.get("nvlinks_by_model") or {}).items()
-            },
+            nvlinks_by_model=_nvlinks_by_model(data.get("nvlinks_by_model")),
         )
 
     def expected(self, gpu: Mapping[str, Any]) -> tuple[int | None, int | None]:
@@ -106,6 +103,25 @@ class LinkPolicy:
         gen = chosen.gen if chosen.gen is not None else pcie.get("max_gen_gpu")
         width = chosen.width if chosen.width is not None else pcie.get("max_width_gpu")
         return gen, width
+
+
+def _nvlinks_by_model(raw: Mapping[str, Any] | None) -> dict[str, int]:
+    """gpu_checks_nvlinks_by_model as {model: links}; a count that is not a whole number
+    from 1 to 18 is refused naming the model (it decides which GPUs are found degraded)."""
+    table = {}
+    for model, count in (raw or {}).items():
+        text = str(count).strip()
+        if isinstance(count, bool) or not text.isascii() or not text.isdigit():
+            number = 0
+        else:
+            number = int(text)
+        if not 1 <= number <= 18:
+            raise ValueError(
+                f"gpu_checks_nvlinks_by_model[{model!r}] is {count!r}, not a whole number of "
+                "NVLinks from 1 to 18; write the links that GPU model has"
+            )
+        table[str(model)] = number
+    return table
 
 
 def _parse_id(text: str | None) -> int | None:

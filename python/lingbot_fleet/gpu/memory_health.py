@@ -37,44 +37,43 @@ def memory_findings(gpu: Mapping[str, Any]) -> list[Finding]:
         "uncorrected_volatile": memory.get("uncorrected_volatile"),
         "uncorrected_aggregate": memory.get("uncorrected_aggregate"),
     }
+    subject = gpu["bus_id"]
+
+    def finding(code: str, severity: str, message: str, fix: str) -> Finding:
+        return Finding(code, severity, subject, f"{_gpu_words(gpu)}: {message}", evidence, fix)
+
     findings = []
     if rows.get("failed"):
         findings.append(
-            Finding(
-                code="ROW_REMAP_FAILED",
-                severity="critical",
-                subject=gpu["bus_id"],
-                message=f"{_gpu_words(gpu)}: a memory row remap failed (no spare row was "
-                "left): its memory cannot be trusted, and it is left out of the plan",
-                evidence=evidence,
-                fix=f"take GPU {index} out of service and return it to the vendor with "
+            finding(
+                "ROW_REMAP_FAILED",
+                "critical",
+                "a memory row remap failed (no spare row was left): its memory cannot be "
+                "trusted, and it is left out of the plan",
+                f"take GPU {index} out of service and return it to the vendor with "
                 f"nvidia-smi -q -d ROW_REMAPPER -i {index} as evidence",
             )
         )
     elif rows.get("pending"):
         findings.append(
-            Finding(
-                code="ROW_REMAP_PENDING",
-                severity="warning",
-                subject=gpu["bus_id"],
-                message=f"{_gpu_words(gpu)}: a memory row remap is pending; the failing row "
-                "stays in use until the GPU is reset",
-                evidence=evidence,
-                fix=f"reset the GPU while nothing uses it (nvidia-smi -r -i {index}), or "
-                "reboot the node in its next window",
+            finding(
+                "ROW_REMAP_PENDING",
+                "warning",
+                "a memory row remap is pending; the failing row stays in use until the GPU "
+                "is reset",
+                f"reset the GPU while nothing uses it (nvidia-smi -r -i {index}), or reboot "
+                "the node in its next window",
             )
         )
     volatile = memory.get("uncorrected_volatile")
     if isinstance(volatile, int) and not isinstance(volatile, bool) and volatile > 0:
         findings.append(
-            Finding(
-                code="ECC_UNCORRECTED_ERRORS",
-                severity="error",
-                subject=gpu["bus_id"],
-                message=f"{_gpu_words(gpu)}: {volatile} uncorrectable ECC error(s) since the "
-                "driver loaded: data on the GPU may have been corrupted",
-                evidence=evidence,
-                fix=f"drain the work on GPU {index}, reset it (nvidia-smi -r -i {index}) and "
+            finding(
+                "ECC_UNCORRECTED_ERRORS",
+                "error",
+                f"{volatile} uncorrectable ECC error(s) since the driver loaded: data on the "
+                "GPU may have been corrupted",
+                f"drain the work on GPU {index}, reset it (nvidia-smi -r -i {index}) and "
                 "watch the count; errors that come back mean the GPU goes to the vendor",
             )
         )
