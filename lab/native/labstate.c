@@ -170,6 +170,24 @@ static double get_number_or(table_t *table, const char *key, double fallback)
     return parse_number(table, key, value);
 }
 
+/* A whole number too large for a double to hold exactly (a bit mask). */
+static unsigned long long get_unsigned(table_t *table, const char *key)
+{
+    const char *value = require(table, key);
+    if (table->failed) {
+        return 0;
+    }
+    char *end = NULL;
+    errno = 0;
+    unsigned long long number = strtoull(value, &end, 10);
+    if (errno || end == value || *end != '\0' || *value == '-') {
+        fail(table, "%s: key '%s' has value '%s', expected a whole number", table->path, key,
+             value);
+        return 0;
+    }
+    return number;
+}
+
 static void get_text(table_t *table, const char *key, char *out, size_t out_len)
 {
     snprintf(out, out_len, "%s", require(table, key));
@@ -235,6 +253,28 @@ static void load_acs_ports(table_t *table, int a, int b, lab_pair_t *pair)
     }
 }
 
+static void load_clock_events(table_t *table, int index, lab_gpu_t *gpu)
+{
+    char key[256];
+    int count = (int)get_number_or(table, KEY("gpu.%d.clock_events.count", index), 0);
+    if (count < 0 || count > LAB_MAX_CLOCK_EVENTS) {
+        fail(table, "%s: gpu.%d.clock_events.count is %d, at most %d are supported", table->path,
+             index, count, LAB_MAX_CLOCK_EVENTS);
+        return;
+    }
+    gpu->clock_event_count = count;
+    for (int k = 0; k < count; k++) {
+        gpu->clock_event_masks[k] =
+            get_unsigned(table, KEY("gpu.%d.clock_events.%d.mask", index, k));
+        gpu->clock_event_every[k] =
+            (int)get_number(table, KEY("gpu.%d.clock_events.%d.every", index, k));
+        if (!table->failed && gpu->clock_event_every[k] < 1) {
+            fail(table, "%s: gpu.%d.clock_events.%d.every is %d, it must be 1 or more",
+                 table->path, index, k, gpu->clock_event_every[k]);
+        }
+    }
+}
+
 static void load_gpu(table_t *table, int index, lab_gpu_t *gpu)
 {
     char key[256];
@@ -289,6 +329,9 @@ static void load_gpu(table_t *table, int index, lab_gpu_t *gpu)
     gpu->remap_pending = (int)get_number_or(table, KEY("gpu.%d.memory.remap_pending", index), 0);
     gpu->remap_failed = (int)get_number_or(table, KEY("gpu.%d.memory.remap_failed", index), 0);
     gpu->fabric_state = (int)get_number_or(table, KEY("gpu.%d.fabric_state", index), 0);
+    load_clock_events(table, index, gpu);
+    gpu->recovery_action = (long long)get_number_or(
+        table, KEY("gpu.%d.recovery_action", index), (double)LAB_RECOVERY_ACTION_NOT_SUPPORTED);
     gpu->persistence_default =
         (int)get_number_or(table, KEY("gpu.%d.persistence_default", index), 0);
 }

@@ -44,6 +44,11 @@
 #define LAB_PCI_ACS_REQUEST_REDIRECT 0x0004
 #define LAB_PCI_ACS_COMPLETION_REDIRECT 0x0008
 
+/* Clock event faults per GPU (state gpu.<i>.clock_events), and the recovery action of a
+ * driver without NVML's recovery action field (state gpu.<i>.recovery_action null). */
+#define LAB_MAX_CLOCK_EVENTS 8
+#define LAB_RECOVERY_ACTION_NOT_SUPPORTED (-1LL)
+
 /* Remote end of an NVLink group: a GPU index, or this value for an NVSwitch. */
 #define LAB_NVLINK_TO_NVSWITCH (-1)
 
@@ -88,6 +93,12 @@ typedef struct {
     int remap_pending;
     int remap_failed;
     int fabric_state; /* nvmlGpuFabricState_t: 0 no fabric, 1 not started, 3 completed */
+    /* Clock event reasons beyond idle: clock_event_masks[k] is set in every
+     * clock_event_every[k]-th reading (counted per process from its nvmlInit). */
+    int clock_event_count;
+    unsigned long long clock_event_masks[LAB_MAX_CLOCK_EVENTS];
+    int clock_event_every[LAB_MAX_CLOCK_EVENTS];
+    long long recovery_action; /* nvmlDeviceGpuRecoveryAction_t, or ..._NOT_SUPPORTED */
     int persistence_default;
 } lab_gpu_t;
 

@@ -14,11 +14,16 @@
  *   nvidia-persistenced; setting it needs root.
  * - Memory: 1 MiB used (the driver's own), reserved 0, like nvidia-smi shows.
  * - MIG mode: NOT_SUPPORTED unless the GPU is MIG-capable (A100, A30, H100, ...).
+ * - Clock event reasons (both call names): idle while not busy, plus each clock_events
+ *   fault's bits in every Nth reading of the GPU, counted from the process's nvmlInit.
+ * - Field values: only NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, from the state's
+ *   recovery_action (null: NOT_SUPPORTED, as drivers before R570 answer).
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "labstate.h"
@@ -147,6 +152,8 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int init_count;
 static lab_state_t state;
 static struct nvmlDevice_st devices[LAB_MAX_GPUS];
+/* Clock event readings of each GPU since the state was loaded (see the header comment). */
+static unsigned long long clock_event_readings[LAB_MAX_GPUS];
 
 /* ---- helpers -------------------------------------------------------------------- */
 
@@ -249,6 +256,7 @@ EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
         } else {
             for (int i = 0; i < LAB_MAX_GPUS; i++) {
                 devices[i].index = i;
+                clock_event_readings[i] = 0;
             }
         }
     }
@@ -710,6 +718,95 @@ EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int 
     *uncorrectable = (unsigned int)gpu->rows_remapped_uncorrectable;
     *is_pending = (unsigned int)gpu->remap_pending;
     *failure_occurred = (unsigned int)gpu->remap_failed;
+    return NVML_SUCCESS;
+}
+
+/* ---- clock event reasons, field values ------------------------------------------ */
+
+#define NVML_CLOCKS_EVENT_REASON_GPU_IDLE 0x1ULL
+#define NVML_FI_DEV_GET_GPU_RECOVERY_ACTION 230
+
+typedef enum {
+    NVML_VALUE_TYPE_DOUBLE = 0,
+    NVML_VALUE_TYPE_UNSIGNED_INT = 1,
+    NVML_VALUE_TYPE_UNSIGNED_LONG = 2,
+    NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3,
+    NVML_VALUE_TYPE_SIGNED_LONG_LONG = 4,
+    NVML_VALUE_TYPE_SIGNED_INT = 5,
+    NVML_VALUE_TYPE_UNSIGNED_SHORT = 6
+} nvmlValueType_t;
+
+typedef union {
+    double dVal;
+    int siVal;
+    unsigned int uiVal;
+    unsigned long ulVal;
+    unsigned long long ullVal;
+    signed long long sllVal;
+    unsigned short usVal;
+} nvmlValue_t;
+
+typedef struct {
+    unsigned int fieldId;
+    unsigned int scopeId;
+    long long timestamp; /* microseconds since the epoch */
+    long long latencyUsec;
+    nvmlValueType_t valueType;
+    nvmlReturn_t nvmlReturn;
+    nvmlValue_t value;
+} nvmlFieldValue_t;
+
+EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device,
+                                                           unsigned long long *reasons)
+{
+    RESOLVE(device, gpu);
+    if (!reasons) {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    pthread_mutex_lock(&lock);
+    unsigned long long reading = ++clock_event_readings[device->index];
+    pthread_mutex_unlock(&lock);
+    unsigned long long mask =
+        lab_gpu_is_busy(device->index) ? 0 : NVML_CLOCKS_EVENT_REASON_GPU_IDLE;
+    for (int k = 0; k < gpu->clock_event_count; k++) {
+        if (reading % (unsigned long long)gpu->clock_event_every[k] == 0) {
+            mask |= gpu->clock_event_masks[k];
+        }
+    }
+    *reasons = mask;
+    return NVML_SUCCESS;
+}
+
+/* The name drivers before the rename give the same call. */
+EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device,
+                                                              unsigned long long *reasons)
+{
+    return nvmlDeviceGetCurrentClocksEventReasons(device, reasons);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int values_count,
+                                             nvmlFieldValue_t *values)
+{
+    RESOLVE(device, gpu);
+    if (!values || values_count < 0) {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    struct timeval now;
+    gettimeofday(&now, NULL);
+    for (int i = 0; i < values_count; i++) {
+        nvmlFieldValue_t *field = &values[i];
+        field->timestamp = (long long)now.tv_sec * 1000000LL + now.tv_usec;
+        field->latencyUsec = 0;
+        memset(&field->value, 0, sizeof field->value);
+        if (field->fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION &&
+            gpu->recovery_action != LAB_RECOVERY_ACTION_NOT_SUPPORTED) {
+            field->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+            field->value.uiVal = (unsigned int)gpu->recovery_action;
+            field->nvmlReturn = NVML_SUCCESS;
+        } else {
+            field->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        }
+    }
     return NVML_SUCCESS;
 }
 

@@ -6,7 +6,8 @@ checked: lingbot_fleet.audit.node_document) and evaluates it: link and NUMA find
 node would get, drift of the deployed LingBot configs, the pending reboot (see
 lingbot_fleet.audit.evaluate). Policy comes from the host's variables, with the roles'
 defaults for what the inventory leaves unset, so the audit judges by the same policy as
-provisioning. Changes nothing.
+provisioning, the fleet's severity per finding code (lingbot_fleet_finding_severity)
+included. Changes nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from lingbot_fleet.audit.node_document import complete_node
 from lingbot_fleet.boot.cmdline import PolicyError
 from lingbot_fleet.controller.policy import check_policy, load_role_specs
 from lingbot_fleet.controller.role_dirs import RolesNotFoundError, roles_dir
+from lingbot_fleet.node.findings import FINDING_SEVERITY_VARIABLE
 from lingbot_fleet.plan import PlanInputError
 
 # Read once per host: libyaml's loader, when PyYAML has it, is ten times faster.
@@ -50,7 +52,7 @@ class ActionModule(ActionBase):
         values = role_defaults(roles)
         prefixes = tuple(f"{role}_" for role in POLICY_ROLES)
         for key, value in task_vars.items():
-            if key.startswith(prefixes):
+            if key.startswith(prefixes) or key == FINDING_SEVERITY_VARIABLE:
                 values[key] = self._templar.template(value)
         return values
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from lab_fabric_manager import install_fabric_manager
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROFILES_DIR = REPO_ROOT / "lab" / "profiles"
@@ -56,7 +57,7 @@ def boot_lab_node(
     raw_profile: dict[str, Any], tmp_path: Path, cmdline: str | None = None
 ) -> LabNode:
     from lingbot_lab import firmware
-    from lingbot_lab.profile import validate_profile
+    from lingbot_lab.profile import has_nvswitch, validate_profile
 
     lab_root = tmp_path / "lab"
     lab_root.mkdir(parents=True)
@@ -77,7 +78,14 @@ def boot_lab_node(
     root = tmp_path / "node"
     (root / "proc").mkdir(parents=True)
     (root / "proc" / "cmdline").write_text((run_dir / "cmdline").read_text())
+    (root / "proc" / "uptime").symlink_to("/proc/uptime")
     (root / "sys").symlink_to(run_dir / "sys")
+    (root / "dev").mkdir()
+    (root / "dev" / "kmsg").symlink_to(run_dir / "kmsg")
+    if (run_dir / "proc-driver").is_dir():  # bound over /proc/driver when the driver loads
+        (root / "proc" / "driver").symlink_to(run_dir / "proc-driver")
+    if has_nvswitch(profile):
+        install_fabric_manager(root, lab_root, raw_profile)
     return LabNode(profile=profile, state=state, lab_root=lab_root, root=root)
 
 

@@ -172,7 +172,11 @@ def test_a_driver_no_tool_can_ask_is_unknown_never_ok(
 
 def test_a_driver_that_answers_gives_no_driver_finding(pair_node: LabNode, lab_pynvml: Any) -> None:
     facts = gather_facts(pair_node.root)
-    assert facts["driver"] == {"state": "answers", "evidence": []}
+    assert facts["driver"] == {
+        "state": "answers",
+        "evidence": [],
+        "kernel_module_version": "550.54.15",
+    }
     assert not [f for f in check_links(facts, LinkPolicy()) if f.code.startswith("GPU_DRIVER")]
 
 

@@ -120,10 +120,11 @@ def test_pair_facts_both_sources_agree(pair_node: LabNode, lab_pynvml: Any) -> N
     for doc in (through_nvml, through_smi):
         for gpu in doc["gpus"]:
             gpu["mig_mode"] = None
-            # NVLink state and memory health come from NVML alone (no NVLink here).
+            # NVLink state, memory health, clock event reasons and the recovery action
+            # come from NVML alone (no NVLink here).
             assert gpu.pop("nvlink", None) is None
-            gpu.pop("memory", None)
-            gpu.pop("fabric", None)
+            for key in ("memory", "fabric", "clock_events", "recovery_action"):
+                gpu.pop(key, None)
     strip = ("sources", "notes")
     assert {k: v for k, v in through_nvml.items() if k not in strip} == {
         k: v for k, v in through_smi.items() if k not in strip

@@ -5,8 +5,9 @@ write nothing."""
 from __future__ import annotations
 
 import json
+import time
 
-from lab_support import RUN_MONITOR_ONCE, recap, run_playbook
+from lab_support import RUN_MONITOR_ONCE, audited_node, recap, run_audit, run_playbook
 
 NODES = ("a6000-phb", "a6000-chipset", "h100-sxm-nvswitch", "a6000-iommu-acs", "a6000-dual-socket")
 TOOLKIT_FILES = "find /etc/lingbot /etc/systemd/system -type f 2>/dev/null | sort | xargs -r md5sum"
@@ -336,3 +337,77 @@ def test_warm_up_takes_the_first_use_costs_off_the_first_request(booted_lab):
     assert back.rc == 0, back.stdout[-4000:]
     again = run_playbook("site.yml", spec.name)
     assert recap(again, spec.name)["changed"] == 0
+
+
+# Each instance's MainPID and whether a chat completion answers 200.
+SERVING = r"""
+import json, subprocess, urllib.request
+plan = json.load(open("/etc/lingbot/plan.json"))
+out = {}
+for instance in plan["instances"]:
+    unit = f"lingbot@{instance['name']}.service"
+    pid = subprocess.run(["systemctl", "show", "-p", "MainPID", "--value", unit],
+                         capture_output=True, text=True).stdout.strip()
+    body = json.dumps({"messages": [{"role": "user", "content": "hello"}]}).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{instance['port']}/v1/chat/completions", data=body,
+        headers={"Content-Type": "application/json"})
+    try:
+        status = urllib.request.urlopen(request, timeout=30).status
+    except OSError as error:
+        status = str(error)
+    out[instance["name"]] = {"pid": pid, "chat": status, "gpus": instance["gpus"]}
+print(json.dumps(out))
+"""
+MONITOR_REPORT = "cat /var/lib/lingbot-fleet/monitor/last-run.json"
+
+
+def chat_statuses(serving: dict) -> dict:
+    return {name: entry["chat"] for name, entry in serving.items()}
+
+
+def test_a_gpu_falling_off_the_bus_while_lingbot_serves_is_named_and_the_rest_serves(
+    booted_lab, tmp_path
+):
+    """Fault test: a GPU falls off the bus (Xid 79) under a running LingBot. The next
+    monitor run and the audit name it (GPU, bus id, Xid); the instance on the other GPUs
+    keeps serving, untouched; nothing the toolkit wrote changes."""
+    spec = booted_lab.node("h100-sxm-nvswitch")
+    if booted_lab.run(spec, "test -e /etc/lingbot/plan.json", check=False).returncode != 0:
+        assert run_playbook("site.yml", spec.name).rc == 0
+    before = booted_lab.python(spec, SERVING)
+    before_statuses = {"numa0": 200, "numa1": 200}
+    assert chat_statuses(before) == before_statuses
+    files = booted_lab.run(spec, TOOLKIT_FILES).stdout
+    lost_gpu = before["numa1"]["gpus"][0]
+    try:
+        booted_lab.run(spec, f"/opt/lingbot-lab/bin/lingbot-lab-incident gpu-lost --gpu {lost_gpu}")
+        started = booted_lab.run(spec, RUN_MONITOR_ONCE, check=False)
+        assert started.returncode == 0, f"the monitor run failed:\n{started.stderr}"
+        report = json.loads(booted_lab.run(spec, MONITOR_REPORT).stdout)
+        by_code = {f["code"]: f for f in report["findings"]}
+        assert "KERNEL_LOG_UNREADABLE" not in by_code, by_code["KERNEL_LOG_UNREADABLE"]
+        lost, xid = by_code["GPU_LOST"], by_code["GPU_XID_79"]
+        assert (lost["severity"], xid["severity"]) == ("critical", "critical")
+        assert xid["subject"] == lost["subject"]
+        assert xid["evidence"]["index"] == lost_gpu
+        assert "GPU has fallen off the bus" in xid["message"]
+
+        audit = run_audit(spec, tmp_path)
+        assert audit.returncode == 1, audit.stdout + audit.stderr
+        node = audited_node(tmp_path)
+        assert node["status"] == "findings"
+        [audited] = [f for f in node["findings"] if f["code"] == "GPU_XID_79"]
+        assert (audited["severity"], audited["subject"]) == ("critical", xid["subject"])
+        assert audited["evidence"]["index"] == lost_gpu
+
+        after = booted_lab.python(spec, SERVING)
+        assert after["numa0"] == before["numa0"], "the other instance was disturbed"
+        assert booted_lab.run(spec, TOOLKIT_FILES).stdout == files
+    finally:
+        booted_lab.reboot(spec)
+    # The incident lasts until the next boot: both instances serve again.
+    deadline = time.monotonic() + 60
+    while chat_statuses(serving := booted_lab.python(spec, SERVING)) != before_statuses:
+        assert time.monotonic() < deadline, serving
+        time.sleep(1)

@@ -43,12 +43,19 @@ def test_first_boot_installs_grub_and_removing_noacpi_takes_a_reboot(tmp_path):
         "boot_id",
         "busy",
         "cmdline",
+        "driver-version",
+        "kmsg",
         "persistence",
+        "proc-driver",
         "random",
         "state.json",
         "state.txt",
         "sys",
     ]
+    kernel_log = (lab / "kmsg").read_text().splitlines()
+    assert kernel_log[0].startswith("6,0,")
+    assert kernel_log[0].endswith(f";Linux version {KERNEL} (lingbot lab) #1 SMP")
+    assert kernel_log[1].endswith(";NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15")
     first_boot_id = (lab / "boot_id").read_text()
     assert (lab / "random/boot_id").read_text() == first_boot_id
 

@@ -10,6 +10,7 @@ from malformed_support import NAME_RULE, VALUE_RULE
 from lingbot_fleet.boot import cmdline, grub
 from lingbot_fleet.lingbot import config as lingbot_config
 from lingbot_fleet.lingbot import layout as lingbot_layout
+from lingbot_fleet.monitor import config as monitor_config
 from lingbot_fleet.monitor import units as monitor_units
 from lingbot_fleet.node import generations
 from lingbot_fleet.plan import PlanInputError, build_plan
@@ -260,6 +261,16 @@ CASES = [
         lambda: monitor_units.systemd_path("state_dir", "/x\ny"),
         monitor_units.UnitValueError,
         "state_dir '/x\\ny': a unit value cannot hold control characters",
+    ),
+    (
+        "a severity the monitor does not know",
+        lambda: monitor_config.parse_config(
+            '{"finding_severity": {"MONITOR_NO_PLAN": "fatal"}}', "/etc/lingbot-fleet/monitor.json"
+        ),
+        monitor_config.MonitorConfigError,
+        "configuration /etc/lingbot-fleet/monitor.json: finding_severity.MONITOR_NO_PLAN: 'fatal' "
+        "is not a severity; give one of info, warning, error, critical (fix it in "
+        "lingbot_fleet_finding_severity)",
     ),
 ]
 

@@ -206,6 +206,22 @@ CASES = [
         f"kernel_cmdline_present.iommu: {NEWLINE} 2; remove it (values land in unit files and "
         "commands, where a line break starts a new directive)",
     ),
+    (
+        {"lingbot_fleet_finding_severity": {"PCIE_GPU_BEHIND_CHIPSET": "low"}},
+        "lingbot_fleet_finding_severity.PCIE_GPU_BEHIND_CHIPSET: 'low' is not a severity; give "
+        "one of info, warning, error, critical",
+    ),
+    (
+        {"lingbot_fleet_finding_severity": {"pcie_gpu_behind_chipset": "info"}},
+        "lingbot_fleet_finding_severity: 'pcie_gpu_behind_chipset' is not a finding code; give "
+        "the code as findings carry it, in UPPER_SNAKE_CASE (e.g. PCIE_WIDTH_BELOW_EXPECTED; "
+        "docs/audit.md lists the codes)",
+    ),
+    (
+        {"lingbot_fleet_finding_severity": ["PCIE_GPU_BEHIND_CHIPSET=info"]},
+        "lingbot_fleet_finding_severity: is a list, not a mapping; give each finding code with "
+        "the severity it should have, e.g. {PROBE_MISSING: warning}, or {} for none",
+    ),
 ]
 
 

@@ -44,6 +44,9 @@ REPORT = {
         for index, bus_id in ((0, "0000:41:00.0"), (1, "0000:42:00.0"))
     ],
     "findings_by_severity": {"info": 0, "warning": 1, "error": 0, "critical": 0},
+    "findings": [
+        {"code": "GPU_XID_13", "severity": "warning", "subject": "0000:41:00.0"},
+    ],
     "plan_drift": 0,
     "fallback_recommended": {"main": False},
     "finished_unix_s": 1_700_000_000,
@@ -66,6 +69,8 @@ def test_promtool_accepts_the_monitor_metrics() -> None:
     assert "lingbot_fleet_p2p_bandwidth_bytes_per_second" in text
     assert 'lingbot_fleet_p2p_bandwidth_bytes_per_second{src="0",dst="1"} 28400000000\n' in text
     assert 'lingbot_fleet_p2p_latency_seconds{src="0",dst="1"} 1.32e-06\n' in text
+    finding = 'lingbot_fleet_finding{code="GPU_XID_13",severity="warning",subject="0000:41:00.0"}'
+    assert f"{finding} 1\n" in text
 
 
 def test_promtool_rejects_abbreviated_units() -> None:

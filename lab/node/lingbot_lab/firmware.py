@@ -12,14 +12,18 @@ from pathlib import Path
 from typing import Any
 
 from lingbot_lab import LAB_PROFILE_PATH, LAB_RUN_DIR
+from lingbot_lab.driver_proc import PROC_DRIVER, PROC_DRIVER_NAME, write_driver_version
 from lingbot_lab.grubcfg import boot_cmdline, install_boot_config, root_path, write_atomically
 from lingbot_lab.hwstate import compute_state, flatten_state
+from lingbot_lab.kernel_log import boot_lines, link_dev_kmsg, uptime_s, write_boot_log
 from lingbot_lab.kernels import booted_release, has_module, install_module
 from lingbot_lab.profile import load_profile_json
 from lingbot_lab.sysfs import render_sysfs
 
 # Written once, when the node's overlay first boots: the OS "installation" is done.
 INSTALLED_MARKER = "var/lib/lingbot-lab/boot-config-installed"
+# The faults lingbot-lab-incident injected while the node ran (gone at the next boot).
+INCIDENTS_NAME = "incidents.json"
 # (source under /run/lingbot-lab, target in the node). A single file under /proc/sys
 # cannot be a mount point, so boot_id comes with a copy of its directory.
 RANDOM_DIR = "/proc/sys/kernel/random"
@@ -30,6 +34,10 @@ BIND_MOUNTS = (
     ("sys/kernel/iommu_groups", "/sys/kernel/iommu_groups"),
     ("sys/devices/system/node", "/sys/devices/system/node"),
 )
+# Mounted only when the boot wrote their source (the driver loaded: its
+# /proc/driver/nvidia/version, driver_proc.py); one that fails is reported and the boot
+# goes on without it (the file is then absent: unknown to its readers, never wrong).
+OPTIONAL_BIND_MOUNTS = ((PROC_DRIVER_NAME, PROC_DRIVER),)
 
 
 def run_dir(root: str) -> Path:
@@ -61,17 +69,29 @@ def boot(root: str, profile_path: Path, link_prefix: str) -> dict[str, Any]:
     # The driver's view of the hardware. Without it (a boot into a kernel the NVIDIA module
     # was not built for, or the fault driver_not_loaded) the simulated NVML says Driver Not
     # Loaded and nvidia-smi exits 9, while sysfs still lists the GPUs.
-    driver_loads = has_module(root, booted_release(cmdline))
-    if not driver_loads or any(fault["kind"] == "driver_not_loaded" for fault in profile["faults"]):
+    release = booted_release(cmdline)
+    driver_loads = has_module(root, release) and not any(
+        fault["kind"] == "driver_not_loaded" for fault in profile["faults"]
+    )
+    # Incidents (lingbot-lab-incident) last until the next boot.
+    (lab / INCIDENTS_NAME).unlink(missing_ok=True)
+    if not driver_loads:
         for name in ("state.json", "state.txt"):
             (lab / name).unlink(missing_ok=True)
     else:
-        write_atomically(lab / "state.json", json.dumps(state, indent=2) + "\n")
-        write_atomically(lab / "state.txt", flatten_state(state))
+        write_state(lab, state)
+    write_driver_version(lab, profile, driver_loads)
+    write_boot_log(lab, boot_lines(profile, state, release, driver_loads), uptime_s())
     (lab / "persistence").mkdir(exist_ok=True)
     (lab / "busy").mkdir(exist_ok=True)
     render_sysfs(state, profile, lab, link_prefix)
     return state
+
+
+def write_state(lab: Path, state: dict[str, Any]) -> None:
+    """state.json (nvidia-smi, the firmware) and state.txt (libnvidia-ml, libcuda)."""
+    write_atomically(lab / "state.json", json.dumps(state, indent=2) + "\n")
+    write_atomically(lab / "state.txt", flatten_state(state))
 
 
 def copy_random_dir(root: str, lab: Path) -> None:
@@ -94,6 +114,28 @@ def bind_mounts(root: str) -> None:
     lab = run_dir(root)
     for source, target in BIND_MOUNTS:
         subprocess.run(["mount", "--bind", str(lab / source), target], check=True)
+    for source, target in OPTIONAL_BIND_MOUNTS:
+        problem = optional_bind_mount(lab / source, target)
+        if problem is not None:
+            print(f"lingbot-lab-firmware: {problem}", file=sys.stderr)
+    link_dev_kmsg(str(lab))
+
+
+def optional_bind_mount(source: Path, target: str) -> str | None:
+    """mount --bind source over target when source exists (the target's directory made
+    when missing); why it failed, or None."""
+    if not source.exists():
+        return None
+    try:
+        Path(target).mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        return f"{target} cannot be made, {source} is not mounted: {error}"
+    result = subprocess.run(
+        ["mount", "--bind", str(source), target], capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        return f"mount --bind {source} {target} failed: {result.stderr.strip()}"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:

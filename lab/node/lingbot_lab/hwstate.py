@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from lingbot_lab.fabric_manager import fabric_manager_stopped
 from lingbot_lab.profile import (
     DEFAULT_LINK_RAMP_MS,
     NVIDIA_VENDOR_ID,
     acs_redirect_ports,
     ancestors,
+    clock_event_bit,
     format_cpulist,
     parse_cpulist,
+    recovery_action_value,
 )
 
 STATE_SCHEMA = 1
@@ -121,10 +124,11 @@ FABRIC_NOT_SUPPORTED, FABRIC_NOT_STARTED, FABRIC_COMPLETED = 0, 1, 3
 
 def fabric_state(profile: dict[str, Any], index: int) -> int:
     """A GPU linked to NVSwitches joins the NVLink fabric once the fabric manager has set it
-    up (completed); with the fabric manager down it never starts. Others have no fabric."""
+    up (completed); with the fabric manager down, or refusing to start at another version
+    than the driver's, it never starts. Others have no fabric."""
     if not any(link["to"] == "nvswitch" for link in profile["gpus"][index]["nvlinks"]):
         return FABRIC_NOT_SUPPORTED
-    if any(fault["kind"] == "fabric_manager_down" for fault in profile["faults"]):
+    if fabric_manager_stopped(profile):
         return FABRIC_NOT_STARTED
     return FABRIC_COMPLETED
 
@@ -147,6 +151,40 @@ def memory_health(profile: dict[str, Any], index: int) -> dict[str, int]:
         "remap_pending": 1 if "row_remap_pending" in kinds else 0,
         "remap_failed": 1 if "row_remap_failed" in kinds else 0,
     }
+
+
+# The first driver branch whose NVML gives the GPU recovery action (NVML 12.8).
+RECOVERY_ACTION_DRIVER_BRANCH = 570
+
+
+def driver_branch(version: str) -> int:
+    """'550.54.15' -> 550; 0 for a version that does not start with a number."""
+    head = str(version).split(".")[0]
+    return int(head) if head.isdigit() else 0
+
+
+def clock_events(profile: dict[str, Any], index: int) -> list[dict[str, int]]:
+    """The clock event reasons NVML gives the GPU beyond idle (faults clock_throttle): per
+    fault its bits (mask) and the readings that have them (every Nth, counted per process
+    from its nvmlInit)."""
+    events = []
+    for fault in profile["faults"]:
+        if fault["kind"] == "clock_throttle" and fault["gpu"] == index:
+            mask = 0
+            for reason in fault["reasons"]:
+                mask |= clock_event_bit(reason) or 0
+            events.append({"mask": mask, "every": fault["every"]})
+    return events
+
+
+def recovery_action(profile: dict[str, Any], index: int) -> int | None:
+    """NVML's GPU recovery action: the fault recovery_action's; else none (0) from driver
+    branch RECOVERY_ACTION_DRIVER_BRANCH on, and not supported (None) before it."""
+    for fault in profile["faults"]:
+        if fault["kind"] == "recovery_action" and fault["gpu"] == index:
+            return recovery_action_value(fault["action"])
+    supported = driver_branch(profile["driver"]["version"]) >= RECOVERY_ACTION_DRIVER_BRANCH
+    return 0 if supported else None
 
 
 def nvlink_count(profile: dict[str, Any], index_a: int, index_b: int) -> int:
@@ -282,6 +320,8 @@ def _gpu_state(
         "nvlinks_inactive": inactive_nvlinks(profile, index),
         "memory": memory_health(profile, index),
         "fabric_state": fabric_state(profile, index),
+        "clock_events": clock_events(profile, index),
+        "recovery_action": recovery_action(profile, index),
         "mig_mode": 1 if gpu["mig"] else 0,
         "lost": any(f["kind"] == "gpu_lost" and f["gpu"] == index for f in faults),
         "fail_after_copies": next(

@@ -33,6 +33,10 @@ FAULT_KINDS = (
     "ecc_uncorrected",
     "driver_library_mismatch",
     "fabric_manager_down",
+    "fabric_manager_version",
+    "xid",
+    "clock_throttle",
+    "recovery_action",
 )
 # A path's measured figure sets: what a copy of that kind takes (paths[].<key>).
 PATH_FIGURE_SETS = ("p2p", "host_staged", "p2p_iommu_translated", "p2p_without_acs_redirect")
@@ -442,6 +446,9 @@ def _check_faults(check: ProfileChecker, profile: dict[str, Any]) -> None:
             "row_remap_pending",
             "row_remap_failed",
             "ecc_uncorrected",
+            "xid",
+            "clock_throttle",
+            "recovery_action",
         ):
             gpu = check.require(fault, "gpu", where)
             check.integer(gpu, f"{where}.gpu", 0, len(profile["gpus"]) - 1)
@@ -457,6 +464,19 @@ def _check_faults(check: ProfileChecker, profile: dict[str, Any]) -> None:
                 )
         if kind == "ecc_uncorrected":
             check.integer(check.require(fault, "count", where), f"{where}.count", 1, 1 << 30)
+        if kind == "xid":
+            check.integer(check.require(fault, "code", where), f"{where}.code", 1, 65535)
+            message = fault.setdefault("message", f"Xid {fault['code']} event")
+            if not isinstance(message, str) or not message.strip() or "\n" in message:
+                check.fail(
+                    f"{where}.message",
+                    f"{message!r} is not one line of text",
+                    "give the driver's words for the event on one line, or leave it out",
+                )
+        if kind in ("clock_throttle", "recovery_action"):
+            _check_clock_or_recovery_fault(check, profile, fault, where)
+        if kind in ("fabric_manager_down", "fabric_manager_version"):
+            _check_fabric_manager_fault(check, profile, fault, where)
         if kind == "nvlink_down":
             gpu_links = sum(link["count"] for link in profile["gpus"][fault["gpu"]]["nvlinks"])
             check.integer(check.require(fault, "links", where), f"{where}.links", 1, 18)
@@ -467,6 +487,129 @@ def _check_faults(check: ProfileChecker, profile: dict[str, Any]) -> None:
                     f"gpus[{fault['gpu']}]",
                     "give at most that many, or give the GPU its nvlinks",
                 )
+
+
+def has_nvswitch(profile: dict[str, Any]) -> bool:
+    """Whether some GPU of the profile is linked to NVSwitches (the fabric manager's)."""
+    return any(link["to"] == "nvswitch" for gpu in profile["gpus"] for link in gpu["nvlinks"])
+
+
+def _check_fabric_manager_fault(
+    check: ProfileChecker, profile: dict[str, Any], fault: dict[str, Any], where: str
+) -> None:
+    """fabric_manager_down and fabric_manager_version {version}: NVSwitch profiles only
+    (the fabric manager is installed there); the version another than the driver's."""
+    if not has_nvswitch(profile):
+        check.fail(
+            f"{where}.kind",
+            f"{fault['kind']} on a profile without NVSwitches (no GPU has nvlinks to "
+            "nvswitch), where no fabric manager runs",
+            "give the fault to an NVSwitch profile (h100-sxm-nvswitch)",
+        )
+    if fault["kind"] == "fabric_manager_version":
+        version = check.require(fault, "version", where)
+        driver_version = profile["driver"]["version"]
+        if not isinstance(version, str) or not re.fullmatch(r"\d+(?:\.\d+)+", version):
+            check.fail(
+                f"{where}.version",
+                f"{version!r} is not a driver version",
+                'write the fabric manager\'s version in quotes, e.g. "550.90.07"',
+            )
+        if version == driver_version:
+            check.fail(
+                f"{where}.version",
+                f"{version} is the driver's own version ({driver_version})",
+                "give the fabric manager another version, or leave the fault out",
+            )
+
+
+# NVML's clock event reason bits (nvmlClocksEventReason*) by the names a clock_throttle
+# fault gives; a bit NVML may add later is given as a number (e.g. 0x400).
+CLOCK_EVENT_REASON_BITS = {
+    "gpu_idle": 0x1,
+    "applications_clocks_setting": 0x2,
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
+    "sw_thermal_slowdown": 0x20,
+    "hw_thermal_slowdown": 0x40,
+    "hw_power_brake_slowdown": 0x80,
+    "display_clock_setting": 0x100,
+}
+# nvmlDeviceGpuRecoveryAction_t by the names a recovery_action fault gives; a value NVML may
+# add later is given as a number.
+RECOVERY_ACTION_VALUES = {
+    "none": 0,
+    "gpu_reset": 1,
+    "node_reboot": 2,
+    "drain_p2p": 3,
+    "drain_and_reset": 4,
+    "recover_imex_domain": 5,
+    "bus_reset": 6,
+    "system_reboot": 7,
+}
+
+
+def clock_event_bit(reason: Any) -> int | None:
+    """The bit a clock_throttle reason names: a known name, or one bit as a number."""
+    if isinstance(reason, str):
+        return CLOCK_EVENT_REASON_BITS.get(reason)
+    if isinstance(reason, int) and not isinstance(reason, bool) and 0 < reason < 1 << 64:
+        return reason if reason & (reason - 1) == 0 else None
+    return None
+
+
+def recovery_action_value(action: Any) -> int | None:
+    """The value a recovery_action fault's action names: a known name, or a number."""
+    if isinstance(action, str):
+        return RECOVERY_ACTION_VALUES.get(action)
+    if isinstance(action, int) and not isinstance(action, bool) and 0 <= action < 1 << 32:
+        return action
+    return None
+
+
+def _check_clock_or_recovery_fault(
+    check: ProfileChecker, profile: dict[str, Any], fault: dict[str, Any], where: str
+) -> None:
+    """clock_throttle: reasons (names or bits), every (set in every Nth reading, default 1);
+    recovery_action: action (a name or a number), at most one per GPU."""
+    if fault["kind"] == "clock_throttle":
+        reasons = check.require(fault, "reasons", where)
+        if not isinstance(reasons, list) or not reasons:
+            check.fail(
+                f"{where}.reasons",
+                f"{reasons!r} is not a list of clock event reasons",
+                f"list one or more of {', '.join(CLOCK_EVENT_REASON_BITS)}",
+            )
+        for position, reason in enumerate(reasons):
+            if clock_event_bit(reason) is None:
+                check.fail(
+                    f"{where}.reasons[{position}]",
+                    f"{reason!r} is not a clock event reason",
+                    f"use one of {', '.join(CLOCK_EVENT_REASON_BITS)}, or a single bit as a "
+                    "number (0x400) for a reason NVML may add",
+                )
+        check.integer(fault.setdefault("every", 1), f"{where}.every", 1, 1000)
+        return
+    action = check.require(fault, "action", where)
+    if recovery_action_value(action) is None:
+        check.fail(
+            f"{where}.action",
+            f"{action!r} is not a GPU recovery action",
+            f"use one of {', '.join(RECOVERY_ACTION_VALUES)}, or a number from 0 to 4294967295 "
+            "for a value NVML may add",
+        )
+    same_gpu = [
+        other
+        for other in profile["faults"]
+        if other.get("kind") == "recovery_action" and other.get("gpu") == fault["gpu"]
+    ]
+    if len(same_gpu) > 1:
+        check.fail(
+            where,
+            f"gpus[{fault['gpu']}] has {len(same_gpu)} recovery_action faults",
+            "keep one: the driver gives one recovery action per GPU",
+        )
 
 
 def _check_boot(check: ProfileChecker, profile: dict[str, Any]) -> None:

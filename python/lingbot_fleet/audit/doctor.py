@@ -21,7 +21,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..gpu.probe import MIB, ProbeParameters, run_probe, start_link_sampler
-from ..node.findings import SEVERITIES, severity_rank
+from ..node.findings import SEVERITIES, severity_label, severity_overrides, severity_rank
+from ..node.values import ValueRefusedError
 from .evaluate import AuditPolicy, evaluate_node, section_error
 from .fleet import EXIT_COMPLIANT, EXIT_FINDINGS, EXIT_NODES_FAILED
 from .node_document import collect_node
@@ -33,19 +34,21 @@ DEFAULT_PROBE_SIZE_MIB = 64
 DEFAULT_PROBE_BUDGET_S = 60.0
 
 
-def examine(
+def examine(  # noqa: PLR0913 - the doctor's options, keyword-only
     *,
     root: str = "/",
     probe: bool = True,
     probe_size_mib: int = DEFAULT_PROBE_SIZE_MIB,
     probe_budget_s: float = DEFAULT_PROBE_BUDGET_S,
     fail_on: str = "error",
+    finding_severity: Mapping[str, str] | None = None,
     use_nvml: bool = True,
     smi_command: Sequence[str] = ("nvidia-smi",),
     cuda_library: str = "libcuda.so.1",
 ) -> dict[str, Any]:
     """The doctor's document: the node's audit record, with the probe it ran and the
-    status against ``fail_on``."""
+    status against ``fail_on``, every finding with the severity ``finding_severity`` (code
+    -> severity, as lingbot_fleet_finding_severity) gives its code."""
     node = collect_node(root=root, use_nvml=use_nvml, smi_command=smi_command)
     read = node.get("facts")
     facts: Mapping[str, Any] = read if section_error(read) is None and read else {}
@@ -69,12 +72,14 @@ def examine(
             stop_sampler()
         if sampler_note:
             fresh_probe["notes"].append(sampler_note)
-    record = evaluate_node(node, AuditPolicy(), fresh_probe)
+    overrides = dict(finding_severity or {})
+    record = evaluate_node(node, AuditPolicy(finding_severity=overrides), fresh_probe)
     worst = max((severity_rank(f["severity"]) for f in record["findings"]), default=-1)
     return {
         "schema_version": DOCTOR_SCHEMA_VERSION,
         "host": socket.gethostname(),
         "fail_on": fail_on,
+        "finding_severity": overrides,
         "status": "findings" if worst >= severity_rank(fail_on) else "ok",
         "probe_note": probe_note,
         "probe_document": fresh_probe,
@@ -165,7 +170,7 @@ def render_text(document: Mapping[str, Any]) -> str:
     lines.append(f"findings: {len(findings)}")
     for finding in findings:
         lines.append(
-            f"  {finding['severity']:<8} {finding['code']} {finding['subject']}: "
+            f"  {severity_label(finding):<8} {finding['code']} {finding['subject']}: "
             f"{finding['message']}"
         )
         if finding.get("fix"):
@@ -187,6 +192,7 @@ def doctor_command(args: argparse.Namespace) -> int:
             probe_size_mib=args.probe_size_mib,
             probe_budget_s=args.probe_budget_s,
             fail_on=args.fail_on,
+            finding_severity=dict(args.severity),
         )
     except OSError as error:
         print(f"lingbot-fleet doctor: {error}", file=sys.stderr)
@@ -210,6 +216,20 @@ def _positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text} is not a number above 0")
     return value
+
+
+def _severity_override(text: str) -> tuple[str, str]:
+    """One --severity CODE=LEVEL, checked as lingbot_fleet_finding_severity is."""
+    code, equals, level = text.partition("=")
+    if not equals:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not CODE=LEVEL; give e.g. --severity PROBE_MISSING=warning"
+        )
+    try:
+        severity_overrides({code: level}, "--severity")
+    except ValueRefusedError as error:
+        raise argparse.ArgumentTypeError(f"{text!r}: {error.reason}") from None
+    return code, level
 
 
 def add_doctor_parser(commands: Any) -> None:
@@ -239,6 +259,15 @@ def add_doctor_parser(commands: Any) -> None:
         choices=SEVERITIES,
         default="error",
         help="a finding of this severity or worse exits 1 (default error)",
+    )
+    doctor.add_argument(
+        "--severity",
+        type=_severity_override,
+        action="append",
+        default=[],
+        metavar="CODE=LEVEL",
+        help="judge the finding CODE at LEVEL (info, warning, error, critical) instead of its "
+        "own severity, as the fleet's lingbot_fleet_finding_severity does; repeatable",
     )
     doctor.add_argument(
         "--root", default="/", help="read the machine under this directory (image builds, tests)"

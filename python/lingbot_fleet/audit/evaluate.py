@@ -3,7 +3,9 @@
 Pure functions: `evaluate_node(node, policy)` turns the `lingbot_audit_node` result and
 the policy (inventory variables) into the record fleet.json keeps per node: a facts
 summary, the findings, the probe summary, the plan, drift and the pending reboot.
-docs/audit.md lists every finding code the audit adds to the link checks.
+docs/audit.md lists every finding code the audit adds to the link checks. Every finding
+carries the fleet's severity for its code (``lingbot_fleet_finding_severity``) before the
+planner, the node's status and the exit status judge by it.
 """
 
 from __future__ import annotations
@@ -24,7 +26,12 @@ from ..facts import schema_problems
 from ..gpu.linkcheck import LinkPolicy, check_links, load_from_probe, probe_gpu_findings
 from ..gpu.probe import fill_skipped
 from ..lingbot.config import ConfigError, build_config
-from ..node.findings import Finding
+from ..node.findings import (
+    FINDING_SEVERITY_VARIABLE,
+    Finding,
+    override_severities,
+    severity_overrides,
+)
 from ..plan import POLICY_KEYS, PlanInputError, build_plan
 
 # Words of the boot entry that are not kernel policy: the image and the root device.
@@ -44,10 +51,13 @@ class AuditPolicy:
     kernel_pcie_aspm_off: bool = False
     plan: Mapping[str, Any] = field(default_factory=dict)
     config_overrides: Mapping[str, Any] = field(default_factory=dict)
+    # The fleet's severity per finding code (node.findings.severity_overrides).
+    finding_severity: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_vars(cls, variables: Mapping[str, Any]) -> AuditPolicy:
-        """From inventory variables: gpu_checks_*, kernel_cmdline_*, lingbot_service_*."""
+        """From inventory variables: gpu_checks_*, kernel_cmdline_*, lingbot_service_* and
+        lingbot_fleet_finding_severity (ValueError names a bad one)."""
         link_vars = {
             key.removeprefix("gpu_checks_"): value
             for key, value in variables.items()
@@ -67,6 +77,9 @@ class AuditPolicy:
             kernel_pcie_aspm_off=bool(variables.get("kernel_cmdline_pcie_aspm_off")),
             plan=plan_vars,
             config_overrides=dict(variables.get("lingbot_service_config_overrides") or {}),
+            finding_severity=severity_overrides(
+                variables.get(FINDING_SEVERITY_VARIABLE, {}), FINDING_SEVERITY_VARIABLE
+            ),
         )
 
 
@@ -660,16 +673,22 @@ def evaluate_node(
     fresh_probe: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The node's audit record (the per-node entry of fleet.json, without host and status)."""
+
+    def judged(found: list[Finding]) -> list[Finding]:
+        """With the fleet's severities (findings judged once are left as they are)."""
+        return override_severities(found, policy.finding_severity, FINDING_SEVERITY_VARIABLE)
+
     facts, findings = checked_facts(node)
     probe, probe_source, probe_unreadable = chosen_probe(node, fresh_probe)
     findings += probe_unreadable
     probe_info = probe_summary(probe, probe_source) if probe else None
 
-    link_findings = check_links(facts, policy.link, load_from_probe(probe)) if facts else []
+    # The fleet's severities first: the planner judges the GPUs by them.
+    link_findings = judged(check_links(facts, policy.link, load_from_probe(probe)) if facts else [])
     findings += link_findings
     if facts:
         findings += persistence_findings(facts)
-    gpu_probe_findings = probe_findings(probe_info, probe, facts)
+    gpu_probe_findings = judged(probe_findings(probe_info, probe, facts))
     findings += gpu_probe_findings
     # The planner leaves out GPUs with findings by subject (bus id), as on the deploy path.
     link_findings = link_findings + [f for f in gpu_probe_findings if f.code == "PROBE_GPU_FAILED"]
@@ -715,7 +734,7 @@ def evaluate_node(
 
     return {
         "facts": facts_summary(facts) if facts else None,
-        "findings": [finding.to_dict() for finding in findings],
+        "findings": [finding.to_dict() for finding in judged(findings)],
         "probe": probe_info,
         "plan": plan,
         "plan_error": plan_error,

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..node.findings import severity_rank
+from ..node.findings import severity_label, severity_rank
 from .fleet import STATUS_FAILED, STATUS_FINDINGS, STATUS_OK, STATUS_UNREACHABLE
 
 REPORT_FILES = ("fleet.json", "fleet.md", "fleet.html", "junit.xml")
@@ -122,7 +122,7 @@ def _md_node(node: Mapping[str, Any]) -> list[str]:
         lines.append(f"Pending reboot: {' '.join(changes)}")
     for finding in node.get("findings") or []:
         lines.append(
-            f"- **{finding['severity']}** `{finding['code']}` {finding['subject']}: "
+            f"- **{severity_label(finding)}** `{finding['code']}` {finding['subject']}: "
             f"{_md_cell(finding['message'])} Fix: {_md_cell(finding['fix'])}"
         )
     lines.append("")
@@ -496,7 +496,8 @@ def _html_findings(findings: Sequence[Mapping[str, Any]]) -> str:
     if not findings:
         return "<p>No findings.</p>"
     rows = "".join(
-        f'<tr><td class="sev-{_e(f["severity"])}">{_e(f["severity"])}</td><td>{_e(f["code"])}</td>'
+        f'<tr><td class="sev-{_e(f["severity"])}">{_e(severity_label(f))}</td>'
+        f"<td>{_e(f['code'])}</td>"
         f"<td>{_e(f['subject'])}</td><td>{_e(f['message'])}</td><td>{_e(f['fix'])}</td></tr>"
         for f in findings
     )
@@ -682,7 +683,7 @@ def render_junit(fleet: Mapping[str, Any]) -> str:
                 },
             )
             failure.text = "\n".join(
-                f"{f['severity']} {f['code']} {f['subject']}: {f['message']} Fix: {f['fix']}"
+                f"{severity_label(f)} {f['code']} {f['subject']}: {f['message']} Fix: {f['fix']}"
                 for f in failing
             )
     ET.indent(suite)

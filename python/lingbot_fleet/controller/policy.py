@@ -20,6 +20,7 @@ import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ..node import values
+from ..node.findings import FINDING_SEVERITY_VARIABLE, severity_overrides
 
 # Variables that existed once: name -> what to use instead.
 _FIXED_LAYOUT = (
@@ -363,6 +364,8 @@ CHECKED_VARIABLES: dict[str, Callable[[Mapping[str, Any], str], None]] = {
     "kernel_cmdline_allow_risky_params": _kernel_parameters,
     "pcie_acs_setpci": _checked(values.command),
     "gpu_facts_nvml_package": _checked(values.pip_requirement),
+    # gpu_checks, the audit and the monitor apply it to every finding they judge.
+    FINDING_SEVERITY_VARIABLE: _checked(severity_overrides),
 }
 
 

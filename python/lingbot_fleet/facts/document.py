@@ -8,6 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from . import sysfs
+from .driver_versions import (
+    FABRIC_MANAGER_PROGRAM,
+    nvswitch_system,
+    read_fabric_manager,
+    read_kernel_module_version,
+)
+from .kernel_log import read_kernel_log
 from .nvml import NvmlUnavailableError, load_pynvml, read_nvml
 from .schema import FACTS_SCHEMA_VERSION, OPTIONAL_GPU_KEYS
 
@@ -166,6 +173,8 @@ def gather_facts(
     driver, source, notes, driver_state = read_driver_view(use_nvml, nvml_python_path, smi_command)
     iommu = sysfs.iommu_facts(root)
     gpus = _gpu_list(driver, root, iommu)
+    module_version, module_note = read_kernel_module_version(root)
+    notes += [module_note] if module_note else []
     matrices = source if driver is not None and len(gpus) > 0 else "none"
     return {
         "schema_version": FACTS_SCHEMA_VERSION,
@@ -182,8 +191,9 @@ def gather_facts(
         },
         "notes": notes,
         "driver_version": (driver or {}).get("driver_version"),
-        "driver": driver_state,
+        "driver": {**driver_state, "kernel_module_version": module_version},
         "kernel": {"cmdline": sysfs.read_cmdline(root)},
+        "kernel_log": read_kernel_log(root),
         "host": {"numactl_path": find_program("numactl", root)},
         "iommu": iommu,
         "numa": {
@@ -195,4 +205,15 @@ def gather_facts(
         "gpus": gpus,
         "topology": (driver or {}).get("topology", []),
         "p2p": (driver or {}).get("p2p", {}),
+        **_fabric_manager(root, gpus),
     }
+
+
+def _fabric_manager(root: str | Path, gpus: list[dict[str, Any]]) -> dict[str, Any]:
+    """``{"fabric_manager": ...}`` on an NVSwitch system (facts/driver_versions.py); nothing
+    elsewhere."""
+    if not nvswitch_system(gpus):
+        return {}
+    systemctl = find_program("systemctl", root)
+    fabric_manager = find_program(FABRIC_MANAGER_PROGRAM, root)
+    return {"fabric_manager": read_fabric_manager(root, systemctl, fabric_manager)}

@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import glob
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -30,10 +31,57 @@ ECC_COUNTER_AGGREGATE = 1
 MIG_WORDS = {0: "disabled", 1: "enabled"}
 # nvmlGpuFabricState_t.
 FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
+# nvmlClocksEventReason* bits (the older nvmlClocksThrottleReason* names give the same bits).
+CLOCK_EVENT_REASONS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+# The call by its current name first; drivers before it have only the older name.
+CLOCK_EVENT_CALLS = (
+    "nvmlDeviceGetCurrentClocksEventReasons",
+    "nvmlDeviceGetCurrentClocksThrottleReasons",
+)
+# Clock event reasons are read this many times, this far apart (one wait a round, all GPUs
+# read in each), so that one sample never decides (gpu/throttle.py).
+CLOCK_EVENT_READINGS = 4
+CLOCK_EVENT_INTERVAL_S = 0.1
+# NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (NVML 12.8, driver R570) and
+# nvmlDeviceGpuRecoveryAction_t values.
+FIELD_GPU_RECOVERY_ACTION = 230
+RECOVERY_ACTIONS = {
+    0: "none",
+    1: "gpu_reset",
+    2: "node_reboot",
+    3: "drain_p2p",
+    4: "drain_and_reset",
+    5: "recover_imex_domain",
+    6: "bus_reset",
+    7: "system_reboot",
+}
+# nvmlValueType_t -> the member of nvmlValue_t that holds a field's value.
+FIELD_VALUE_MEMBERS = {
+    0: "dVal",
+    1: "uiVal",
+    2: "ulVal",
+    3: "ullVal",
+    4: "sllVal",
+    5: "siVal",
+    6: "usVal",
+}
 
 
 # nvmlReturn_t NVML_ERROR_DRIVER_NOT_LOADED: the library is there, the kernel driver is not.
 NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_NOT_SUPPORTED = 3
+# The driver's library lacks the call (an older driver than the binding).
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
 # NVML_ERROR_LIB_RM_VERSION_MISMATCH: the libraries of one driver version, the kernel module
 # of another (a driver updated without the reboot that loads its module).
 NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
@@ -100,6 +148,10 @@ class NvmlReader:
     def __init__(self, pynvml: Any) -> None:
         self.nvml = pynvml
         self.handles: list[Any] = []
+        # The clock event calls this binding has, the newer name first (clock_event_mask).
+        self.clock_event_calls = [
+            getattr(pynvml, name) for name in CLOCK_EVENT_CALLS if hasattr(pynvml, name)
+        ]
 
     def __enter__(self) -> NvmlReader:
         try:
@@ -174,7 +226,93 @@ class NvmlReader:
             "nvlink": self.nvlink_links(handle),
             "memory": self.memory_health(handle),
             "fabric": self.fabric_state(handle),
+            "recovery_action": self.recovery_action(handle),
         }
+
+    def recovery_action(self, handle: Any) -> dict[str, Any]:
+        """What the driver asks to be done to bring the GPU back (field
+        NVML_FI_DEV_GET_GPU_RECOVERY_ACTION): ``value`` and ``name`` (``unknown <n>`` for a
+        value this reader does not know), ``supported`` (False: the driver has no such field,
+        before R570; None: NVML could not be asked) and ``note`` (why there is no value)."""
+        if not hasattr(self.nvml, "nvmlDeviceGetFieldValues"):
+            return _recovery_action(None, "this NVML binding has no nvmlDeviceGetFieldValues")
+        status: int | None
+        try:
+            [field] = self.nvml.nvmlDeviceGetFieldValues(handle, [FIELD_GPU_RECOVERY_ACTION])
+            status = int(field.nvmlReturn)
+            error = f"NVML error {status}"
+        except self.nvml.NVMLError as failure:
+            status, error = getattr(failure, "value", None), str(failure)
+        if status == NVML_ERROR_NOT_SUPPORTED:
+            return _recovery_action(
+                False,
+                f"NVML does not support field {FIELD_GPU_RECOVERY_ACTION} (GPU recovery action): "
+                "a driver before R570 (NVML 12.8)",
+            )
+        if status != 0:
+            return _recovery_action(None, f"the GPU recovery action could not be read: {error}")
+        member = FIELD_VALUE_MEMBERS.get(int(field.valueType), "uiVal")
+        value = int(getattr(field.value, member))
+        return {
+            "value": value,
+            "name": RECOVERY_ACTIONS.get(value, f"unknown {value}"),
+            "supported": True,
+            "note": None,
+        }
+
+    def clock_event_mask(self, handle: Any) -> int:
+        """One reading of the GPU's clock event reasons (a bit mask); NVMLError when NVML
+        does not answer. A driver library without the current call name (before it was
+        renamed) answers to the older one, which this reader keeps to from then on."""
+        while True:
+            try:
+                return int(self.clock_event_calls[0](handle))
+            except self.nvml.NVMLError as error:
+                older_left = len(self.clock_event_calls) > 1
+                if getattr(error, "value", None) != NVML_ERROR_FUNCTION_NOT_FOUND or not older_left:
+                    raise
+                self.clock_event_calls.pop(0)
+
+    def clock_events(
+        self,
+        gpus: list[dict[str, Any]],
+        readings: int = CLOCK_EVENT_READINGS,
+        interval_s: float = CLOCK_EVENT_INTERVAL_S,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        """Adds ``clock_events`` to every GPU with a handle: ``readings`` readings of its
+        clock event reasons, ``interval_s`` apart (one wait a round, every GPU read in each
+        round): how many were taken and answered, per reason how many had it set, bits this
+        reader does not know (hex) likewise, and the last error NVML gave (else None)."""
+        tallies: list[tuple[Any, dict[str, Any]]] = []
+        for gpu, handle in zip(gpus, self.handles, strict=True):
+            if handle is not None:
+                gpu["clock_events"] = {
+                    "readings_answered": 0,
+                    "readings_taken": 0,
+                    "reasons": {},
+                    "unknown_bits": {},
+                    "error": None,
+                }
+                tallies.append((handle, gpu["clock_events"]))
+        if not tallies:
+            return
+        if not self.clock_event_calls:
+            readings = 0
+            for _handle, tally in tallies:
+                tally["error"] = f"this NVML binding has neither {' nor '.join(CLOCK_EVENT_CALLS)}"
+        for reading in range(readings):
+            if reading:
+                sleep(interval_s)
+            for handle, tally in tallies:
+                tally["readings_taken"] += 1
+                try:
+                    mask = self.clock_event_mask(handle)
+                except self.nvml.NVMLError as error:
+                    tally["error"] = str(error)
+                    continue
+                tally["readings_answered"] += 1
+                _count_reasons(mask, tally)
 
     def fabric_state(self, handle: Any) -> str | None:
         """The GPU's NVLink fabric state (NVSwitch systems, Hopper and later): not_supported,
@@ -303,6 +441,21 @@ class NvmlReader:
         return result
 
 
+def _recovery_action(supported: bool | None, note: str) -> dict[str, Any]:
+    return {"value": None, "name": None, "supported": supported, "note": note}
+
+
+def _count_reasons(mask: int, tally: dict[str, Any]) -> None:
+    """Counts each bit set in one reading: a known reason by name, another bit by its hex."""
+    bit = 1
+    while bit <= mask:
+        if mask & bit:
+            name = CLOCK_EVENT_REASONS.get(bit)
+            counts, key = (tally["reasons"], name) if name else (tally["unknown_bits"], hex(bit))
+            counts[key] = counts.get(key, 0) + 1
+        bit <<= 1
+
+
 def nvlink_count(peers_a: dict[str, int], peers_b: dict[str, int], a: int, b: int) -> int:
     """Direct links between a and b, plus the smaller link count to a shared NVSwitch."""
     direct = max(peers_a.get(str(b), 0), peers_b.get(str(a), 0))
@@ -313,6 +466,7 @@ def read_nvml(pynvml: Any) -> dict[str, Any]:
     """Everything NVML tells: driver version, GPUs, topology matrix, P2P status."""
     with NvmlReader(pynvml) as reader:
         gpus = reader.gpus()
+        reader.clock_events(gpus)
         return {
             "driver_version": reader.driver_version(),
             "gpus": gpus,

@@ -22,7 +22,7 @@ TOP_LEVEL_KEYS = (
     "p2p",
 )
 # Added within schema 1: a reader treats a document without them as "unknown".
-OPTIONAL_TOP_LEVEL_KEYS = ("host", "driver")
+OPTIONAL_TOP_LEVEL_KEYS = ("host", "driver", "kernel_log", "fabric_manager")
 HOST_KEYS = ("numactl_path",)
 # facts["driver"]["state"] (facts/document.py says when each is given).
 DRIVER_STATES = ("answers", "not_loaded", "version_mismatch", "unknown")
@@ -43,7 +43,7 @@ GPU_KEYS = (
     "bridges",
 )
 # Added within schema 1, per GPU, when NVML was asked (docs/facts.md).
-OPTIONAL_GPU_KEYS = ("nvlink", "memory", "fabric")
+OPTIONAL_GPU_KEYS = ("nvlink", "memory", "fabric", "clock_events", "recovery_action")
 PCIE_KEYS = (
     "current_gen",
     "current_width",

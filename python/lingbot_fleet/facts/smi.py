@@ -10,11 +10,10 @@ generation then comes from sysfs.
 from __future__ import annotations
 
 import csv
-import os
-import subprocess
 from collections.abc import Sequence
 from typing import Any
 
+from .command import run_command
 from .nvml import bus_id_from_nvml
 
 QUERY_FIELDS = (
@@ -64,26 +63,17 @@ class SmiUnavailableError(Exception):
 
 def run_smi(command: Sequence[str], arguments: Sequence[str]) -> str:
     argv = [*command, *arguments]
-    environment = {**os.environ, "LC_ALL": "C", "LANG": "C"}
-    try:
-        result = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=COMMAND_TIMEOUT_S,
-            env=environment,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise SmiUnavailableError(f"{' '.join(argv)}: {error}") from None
-    if result.returncode not in (0, EXIT_GPU_LOST):
-        output = (result.stdout + result.stderr).strip()
+    returncode, stdout, stderr = run_command(argv, COMMAND_TIMEOUT_S)
+    if returncode is None:
+        raise SmiUnavailableError(f"{' '.join(argv)}: {stderr}")
+    if returncode not in (0, EXIT_GPU_LOST):
+        output = (stdout + stderr).strip()
         raise SmiUnavailableError(
-            f"{' '.join(argv)} exited {result.returncode}: {output[:400]}",
-            returncode=result.returncode,
+            f"{' '.join(argv)} exited {returncode}: {output[:400]}",
+            returncode=returncode,
             output=output,
         )
-    return result.stdout
+    return stdout
 
 
 def _number(text: str) -> int | None:

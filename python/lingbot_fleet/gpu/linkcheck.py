@@ -34,8 +34,12 @@ from typing import Any
 
 from ..facts.schema import schema_problems
 from ..node.findings import Finding, at_or_above, count_by_severity
+from .driver_versions import driver_version_findings
 from .memory_health import memory_findings
 from .nvlink import fabric_findings, nvlink_findings
+from .recovery_action import recovery_action_findings
+from .throttle import clock_event_findings
+from .xid import xid_findings
 
 # CUDA errors after which a GPU's context is dead (probe.STICKY_ERRORS).
 STICKY_CUDA_ERRORS = (
@@ -856,6 +860,7 @@ def check_links(
             if sample.get("host_copy")
         }
     findings: list[Finding] = driver_findings(facts)
+    findings += driver_version_findings(facts)
     for gpu in facts.get("gpus", []):
         if gpu.get("lost"):
             findings += lost_findings(gpu)
@@ -867,9 +872,12 @@ def check_links(
         findings += nvlink_findings(gpu, policy.nvlinks_by_model)
         findings += memory_findings(gpu)
         findings += fabric_findings(gpu)
+        findings += clock_event_findings(gpu)
+        findings += recovery_action_findings(gpu)
     findings += path_findings(facts, policy)
     findings += acs_redirect_findings(facts)
     findings += numa_findings(facts, policy)
+    findings += xid_findings(facts)
     return findings
 
 

@@ -21,6 +21,7 @@ LIB_DIR_IN_NODE = "usr/lib/x86_64-linux-gnu"
 # (source under lab/, destination in the node, mode)
 NODE_FILES: tuple[tuple[str, str, int], ...] = (
     ("node/bin/lingbot-lab-firmware", "opt/lingbot-lab/bin/lingbot-lab-firmware", 0o755),
+    ("node/bin/lingbot-lab-incident", "opt/lingbot-lab/bin/lingbot-lab-incident", 0o755),
     ("node/bin/update-grub", "usr/sbin/update-grub", 0o755),
     ("node/bin/grubby", "usr/sbin/grubby", 0o755),
     ("node/bin/nvidia-smi", "usr/bin/nvidia-smi", 0o755),
@@ -32,6 +33,17 @@ NODE_FILES: tuple[tuple[str, str, int], ...] = (
         0o644,
     ),
 )
+# Installed only in nodes whose profile has NVSwitches (the unit enabled in multi-user.target),
+# removed from the others: the fabric manager's daemon and its unit, where its package puts them.
+NVSWITCH_NODE_FILES: tuple[tuple[str, str, int], ...] = (
+    ("node/bin/nv-fabricmanager", "usr/bin/nv-fabricmanager", 0o755),
+    (
+        "node/systemd/nvidia-fabricmanager.service",
+        "lib/systemd/system/nvidia-fabricmanager.service",
+        0o644,
+    ),
+)
+FABRIC_MANAGER_WANTS = "etc/systemd/system/multi-user.target.wants/nvidia-fabricmanager.service"
 NODE_TREES: tuple[tuple[str, str], ...] = (
     ("node/lingbot_lab", "opt/lingbot-lab/lib/lingbot_lab"),
     ("lingbot_standin", "opt/lingbot"),

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -61,12 +62,17 @@ def load_profile(name: str) -> dict:
             f"unknown lab profile {name!r}: choose from {', '.join(available_profiles())}"
         )
     profile = yaml.safe_load(path.read_text())
+    return _lab_profile_module().validate_profile(profile)
+
+
+def _lab_profile_module() -> Any:
+    """lab/node/lingbot_lab/profile.py, the lab-side profile model (stdlib only)."""
     sys.path.insert(0, str(layout.LAB_SOURCE / "node"))
     try:
-        from lingbot_lab.profile import validate_profile  # noqa: PLC0415 - lab-side package
+        from lingbot_lab import profile  # noqa: PLC0415 - lab-side package
     finally:
         sys.path.pop(0)
-    return validate_profile(profile)
+    return profile
 
 
 def plan_nodes(profiles: list[str]) -> list[NodeSpec]:
@@ -208,6 +214,7 @@ def _install_lab_files(
     link = wants / "lingbot-lab-firmware.service"
     if not link.is_symlink():
         link.symlink_to("/etc/systemd/system/lingbot-lab-firmware.service")
+    _install_fabric_manager(profile, root)
 
     unit = (layout.LAB_SOURCE / "node/systemd/nvidia-persistenced.service").read_text()
     unit = unit.replace("@PERSISTENCED_ARGS@", profile.get("persistenced", {}).get("args", ""))
@@ -246,6 +253,22 @@ def _install_lab_files(
         _present_as_rocky(root)
     elif profile["boot"]["distribution"] == "ubuntu":
         _present_as_ubuntu(root)
+
+
+def _install_fabric_manager(profile: dict, root: Path) -> None:
+    """The fabric manager and its unit, enabled, in an NVSwitch profile's node; none in
+    another's."""
+    wants = root / layout.FABRIC_MANAGER_WANTS
+    if not _lab_profile_module().has_nvswitch(profile):
+        for _, destination, _ in layout.NVSWITCH_NODE_FILES:
+            (root / destination).unlink(missing_ok=True)
+        wants.unlink(missing_ok=True)
+        return
+    for source, destination, mode in layout.NVSWITCH_NODE_FILES:
+        _copy_file(layout.LAB_SOURCE / source, root / destination, mode)
+    wants.parent.mkdir(parents=True, exist_ok=True)
+    if not wants.is_symlink():
+        wants.symlink_to("/lib/systemd/system/nvidia-fabricmanager.service")
 
 
 # A RedHat-family profile boots the same Debian rootfs but presents itself as Rocky Linux

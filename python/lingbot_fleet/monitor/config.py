@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ..node.findings import severity_overrides
 from ..node.state_dirs import MONITOR_DIR
 
 DEFAULT_CONFIG_PATH = "/etc/lingbot-fleet/monitor.json"
@@ -43,6 +44,9 @@ class MonitorConfig:
     expected_link_default: Mapping[str, Any] = field(default_factory=dict)
     chipset_bridge_ids: tuple[str, ...] = ()
     numa_node_count: int = 0
+    # The fleet's severity per finding code (lingbot_fleet_finding_severity), over the
+    # one each check gives.
+    finding_severity: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> MonitorConfig:
@@ -85,6 +89,10 @@ class MonitorConfig:
             )
         if not self.nvidia_smi:
             problems.append('nvidia_smi must name a command, e.g. ["nvidia-smi"]')
+        try:
+            severity_overrides(self.finding_severity, "finding_severity")
+        except ValueError as error:
+            problems.append(f"{error} (fix it in lingbot_fleet_finding_severity)")
         return problems
 
 
@@ -108,6 +116,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "expected_link_default": (dict,),
     "chipset_bridge_ids": (list,),
     "numa_node_count": (int,),
+    "finding_severity": (dict,),
 }
 
 

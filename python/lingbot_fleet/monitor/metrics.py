@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -41,6 +42,8 @@ METRICS: dict[str, str] = {
     "gpu_host_bandwidth_bytes_per_second": "Pinned host-to-device (h2d) and device-to-host "
     "(d2h) bandwidth of the GPU, bytes per second.",
     "findings": "Findings of the last monitor run by severity.",
+    "finding": "Findings of the last monitor run by code, severity and subject (a GPU's bus "
+    "id, a pair, the node): how many.",
     "plan_drift": "Drifted paths: used pairs not usable now plus planned GPUs lost.",
     "path_below_threshold_runs": "Consecutive monitor runs in which the used pair was not usable.",
     "fallback_recommended": "1 when the instance should fall back to a single GPU.",
@@ -112,6 +115,11 @@ def metric_families(report: Mapping[str, Any]) -> dict[str, list[MetricSample]]:
                 )
     for severity, count in report["findings_by_severity"].items():
         families["findings"].append(({"severity": severity}, count))
+    for (code, severity, subject), count in Counter(
+        (f["code"], f["severity"], str(f["subject"])) for f in report.get("findings") or []
+    ).items():
+        labels = {"code": code, "severity": severity, "subject": subject}
+        families["finding"].append((labels, count))
     families["plan_drift"].append(({}, report["plan_drift"]))
     for instance, recommended in report["fallback_recommended"].items():
         families["fallback_recommended"].append(({"instance": instance}, 1 if recommended else 0))

@@ -18,7 +18,7 @@ from ..facts import gather_facts
 from ..gpu.linkcheck import LinkPolicy, check_links, load_from_probe
 from ..gpu.probe import MIB, ProbeParameters, run_probe, start_link_sampler
 from ..node.atomic import write_json_atomic
-from ..node.findings import count_by_severity
+from ..node.findings import count_by_severity, override_severities
 from .config import MonitorConfig
 from .drift import drift_findings, probe_error_findings
 from .judge import current_indices, judge_pair, planned_gpus_lost, probe_pairs, read_plan
@@ -129,6 +129,7 @@ def run_monitor(
     findings = check_links(facts, link_policy(config), load_from_probe(probe))
     findings += probe_error_findings(probe)
     findings += drift_findings(plan, facts, verdicts, recommended, config.consecutive_runs)
+    findings = override_severities(findings, config.finding_severity, "finding_severity")
     drift = sum(1 for verdict in verdicts if not verdict.usable) + planned_gpus_lost(plan, facts)
 
     write_json_atomic(str(state_dir / STATE_NAME), state)

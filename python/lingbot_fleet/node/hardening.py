@@ -4,7 +4,7 @@ Stdlib-only (used by the modules that render units on nodes). The settings keep 
 working - the GPU device nodes stay reachable by driver (``DeviceAllow`` by major number,
 no ``PrivateDevices``), pinned memory may be locked (``LimitMEMLOCK`` in the unit), /proc
 keeps /proc/driver/nvidia (no ``ProcSubset=pid``) - and take away the rest: no new
-privileges, a read-only system, no kernel tunables, modules, logs or clock, no
+privileges, a read-only system, no kernel tunables, modules or clock, no
 namespaces, realtime or SUID, the system-service call set without privileged calls.
 Each unit adds what it needs (writable paths, address families, capabilities); both stay
 at an exposure of 2.0 or less in ``systemd-analyze security``.
@@ -21,7 +21,6 @@ CUDA_SANDBOX = (
     "PrivateTmp=yes",
     "ProtectKernelTunables=yes",
     "ProtectKernelModules=yes",
-    "ProtectKernelLogs=yes",
     "ProtectControlGroups=yes",
     "ProtectClock=yes",
     "ProtectHostname=yes",
@@ -49,6 +48,7 @@ CUDA_SANDBOX = (
 # LingBot: an unprivileged user serving HTTP; no capability at all.
 SERVER_SANDBOX = (
     *CUDA_SANDBOX,
+    "ProtectKernelLogs=yes",
     "CapabilityBoundingSet=",
     "AmbientCapabilities=",
     "RemoveIPC=yes",
@@ -56,11 +56,13 @@ SERVER_SANDBOX = (
 )
 
 # The monitor: root for PCI config space past its first 64 bytes (CAP_SYS_ADMIN) and for
-# node_exporter's textfile directory, which its package may own (CAP_DAC_OVERRIDE); no
-# network at all.
+# node_exporter's textfile directory, which its package may own (CAP_DAC_OVERRIDE), and
+# for the kernel log's Xid lines (/dev/kmsg; CAP_SYSLOG where kernel.dmesg_restrict is
+# set, and no ProtectKernelLogs, which would hide /dev/kmsg); no network at all.
 MONITOR_SANDBOX = (
     *CUDA_SANDBOX,
-    "CapabilityBoundingSet=CAP_SYS_ADMIN CAP_DAC_OVERRIDE",
+    "CapabilityBoundingSet=CAP_SYS_ADMIN CAP_DAC_OVERRIDE CAP_SYSLOG",
+    "DeviceAllow=/dev/kmsg r",
     "AmbientCapabilities=",
     "PrivateNetwork=yes",
     "IPAddressDeny=any",

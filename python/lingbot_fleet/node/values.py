@@ -32,7 +32,8 @@ _API_KEY = re.compile(r"[\x21-\x7e]+")
 _LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
 
 
-def _kind(value: Any) -> str:
+def kind_of(value: Any) -> str:
+    """How a message names the type of a value it refuses: "null", "a mapping", "a list"..."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -67,7 +68,7 @@ def unit_text(value: Any, variable: str) -> str:
 def posix_name(value: Any, variable: str) -> str:
     """A user or group name for User=, Group=, SupplementaryGroups= and useradd."""
     if not isinstance(value, str) or not _POSIX_NAME.fullmatch(value):
-        shown = repr(value) if isinstance(value, str) else _kind(value)
+        shown = repr(value) if isinstance(value, str) else kind_of(value)
         raise ValueError(
             f"{variable}: {shown} is not a user or group name; use letters, digits, '_' and "
             "'-', starting with a letter or '_', at most 32 characters (e.g. lingbot)"
@@ -79,7 +80,7 @@ def unit_path(value: Any, variable: str) -> str:
     """An absolute path written bare into a unit (AssertPathIsDirectory=): one word, no
     control character, no systemd specifier."""
     if not isinstance(value, str) or not value.startswith("/"):
-        shown = repr(value) if isinstance(value, str) else _kind(value)
+        shown = repr(value) if isinstance(value, str) else kind_of(value)
         raise ValueError(f"{variable}: {shown} is not an absolute path; give one, e.g. /srv/model")
     unit_text(value, variable)
     if any(char.isspace() for char in value) or "%" in value:
@@ -93,7 +94,7 @@ def unit_path(value: Any, variable: str) -> str:
 def tcp_port(value: Any, variable: str) -> int:
     """A TCP port LingBot can listen on: an integer from 1 to 65535."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
-        shown = repr(value) if isinstance(value, int | str) else _kind(value)
+        shown = repr(value) if isinstance(value, int | str) else kind_of(value)
         raise ValueError(
             f"{variable}: {shown} is not a TCP port; give an integer from 1 to 65535 (with "
             "several instances, the last one's port is base port + instances - 1)"
@@ -113,7 +114,7 @@ def listen_host(value: Any, variable: str) -> str:
         labels = value[:-1].split(".") if value.endswith(".") else value.split(".")
         if len(value) <= 253 and all(_HOST_LABEL.fullmatch(label) for label in labels):
             return value
-    shown = repr(value) if isinstance(value, str) else _kind(value)
+    shown = repr(value) if isinstance(value, str) else kind_of(value)
     raise ValueError(
         f"{variable}: {shown} is neither an IP address nor a host name; give one, e.g. "
         "127.0.0.1 or 10.0.0.5"
@@ -132,7 +133,7 @@ def api_key(value: Any, variable: str) -> str:
     """LINGBOT_API_KEY: a string; empty means no key, otherwise one HTTP token."""
     if not isinstance(value, str):
         raise ValueError(
-            f"{variable} is {_kind(value)}, not a string; give the key itself as one string "
+            f"{variable} is {kind_of(value)}, not a string; give the key itself as one string "
             '(from a vault), or "" for none'
         )
     if value and not _API_KEY.fullmatch(value):

@@ -12,8 +12,8 @@ description:
     under-load sample of gpu_link_load. Width is judged at rest; generation under load or
     against what GPU and slot can negotiate; a GPU idling at a low generation is never a
     finding.
-  - Fails when a finding is at or above I(fail_on) (unless I(defer_failure)); changes
-    nothing.
+  - Gives each finding the severity I(finding_severity) names for its code, then fails
+    when a finding is at or above I(fail_on) (unless I(defer_failure)); changes nothing.
   - The role runs it on the controller (action plugin of the same name), since it only
     judges documents already gathered; no connection to the node is made.
 options:
@@ -99,6 +99,15 @@ options:
         GPU with fewer active NVLinks is an C(NVLINK_LINKS_DOWN) finding.
     type: dict
     default: {}
+  finding_severity:
+    description:
+      - The fleet's severity per finding code (e.g. C(PCIE_GPU_BEHIND_CHIPSET) to one of
+        C(info), C(warning), C(error), C(critical)), over the one the check gives; applied
+        before I(fail_on), and to the findings the planner and the rollout gate read.
+      - An overridden finding keeps the check's severity in its evidence as
+        C(severity_default). The role passes C(lingbot_fleet_finding_severity).
+    type: dict
+    default: {}
   fail_on:
     description: Fail when a finding has this severity or a worse one; C(never) only reports.
     type: str
@@ -127,6 +136,8 @@ EXAMPLES = r"""
     facts: "{{ ansible_facts['lingbot_gpu'] }}"
     load: "{{ link_load.load }}"
     fail_on: error
+    finding_severity:
+      PCIE_GPU_BEHIND_CHIPSET: info
 """
 
 RETURN = r"""
@@ -135,7 +146,10 @@ ansible_facts:
   returned: always
   type: dict
 findings:
-  description: Findings, each with code, severity, subject, message, evidence and fix.
+  description:
+    - Findings, each with code, severity, subject, message, evidence and fix.
+    - The severity is the one I(finding_severity) sets for the code; the check's own one
+      is then in the evidence as C(severity_default).
   returned: always
   type: list
   elements: dict
@@ -152,7 +166,9 @@ load_note:
   returned: always
   type: str
 summary:
-  description: 'One line per finding, "<severity> <code> <subject>: <message>".'
+  description:
+    - 'One line per finding, "<severity> <code> <subject>: <message>".'
+    - An overridden severity reads "info (default critical)".
   returned: always
   type: list
   elements: str
@@ -165,13 +181,13 @@ failure:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.lingbot_fleet.gpu.linkcheck import (
-    JUDGE_ARGUMENT_SPEC,
-    judge_options,
-    sample_decision,
+from ansible.module_utils.lingbot_fleet.gpu.link_judge import (
+    LINK_CHECK_ARGUMENT_SPEC,
+    judge_link_check,
 )
+from ansible.module_utils.lingbot_fleet.gpu.linkcheck import sample_decision
 
-ARGUMENT_SPEC = JUDGE_ARGUMENT_SPEC
+ARGUMENT_SPEC = LINK_CHECK_ARGUMENT_SPEC
 
 
 def take_sample(module: AnsibleModule, sample: dict) -> dict:
@@ -197,7 +213,7 @@ def run_module() -> None:
     if sample_needed:
         params["load"] = take_sample(module, params["sample"])
     try:
-        result, failure = judge_options(params)
+        result, failure = judge_link_check(params)
     except ValueError as error:
         module.fail_json(msg=str(error))
     result.update(failure=failure, load=params["load"], load_note=note)

@@ -1,0 +1,78 @@
+"""lingbot-lab-incident: a fault that strikes while the node runs (CONTRACT.md, "Incidents").
+
+``gpu-lost --gpu N``: GPU N falls off the bus - the driver's state marks it lost (NVML
+answers GPU_IS_LOST for it, nvidia-smi prints its error) and the kernel log gets its
+Xid 79 line. ``xid --gpu N --code C``: the kernel log gets an Xid line for GPU N. What a
+process already holds (LingBot's CUDA contexts) is not taken back, as on a real node
+where the other GPUs keep working. An incident lasts until the next boot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from lingbot_lab import LAB_PROFILE_PATH
+from lingbot_lab.firmware import INCIDENTS_NAME, run_dir, write_state
+from lingbot_lab.grubcfg import root_path, write_atomically
+from lingbot_lab.hwstate import compute_state
+from lingbot_lab.kernel_log import append, uptime_s, xid_text
+from lingbot_lab.profile import load_profile_json
+
+
+def _incidents(lab: Path) -> list[dict[str, Any]]:
+    path = lab / INCIDENTS_NAME
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+def strike(root: str, fault: dict[str, Any]) -> str:
+    """Apply ``fault`` ({kind: gpu_lost|xid, gpu, code?, message?}); returns what happened."""
+    profile = load_profile_json(Path(root_path(root, LAB_PROFILE_PATH.lstrip("/"))))
+    lab = run_dir(root)
+    gpu_count = len(profile["gpus"])
+    if not 0 <= fault["gpu"] < gpu_count:
+        raise ValueError(f"--gpu {fault['gpu']}: the profile has GPUs 0..{gpu_count - 1}")
+    bdf = profile["gpus"][fault["gpu"]]["bdf"]
+    incidents = [*_incidents(lab), fault]
+    write_atomically(lab / INCIDENTS_NAME, json.dumps(incidents, indent=2) + "\n")
+    if fault["kind"] == "gpu_lost":
+        if (lab / "state.json").exists():  # no driver loaded: nothing more to lose
+            cmdline = (lab / "cmdline").read_text().strip()
+            lost = [f for f in incidents if f["kind"] == "gpu_lost"]
+            faults = [*profile["faults"], *lost]
+            write_state(lab, compute_state({**profile, "faults": faults}, cmdline))
+        text = xid_text(bdf, 79)
+    else:
+        text = xid_text(bdf, fault["code"], fault.get("message"))
+    append(lab, text, uptime_s())
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="lingbot-lab-incident", description="Inject a fault into the running node."
+    )
+    kinds = parser.add_subparsers(dest="kind", required=True)
+    lost = kinds.add_parser("gpu-lost", help="a GPU falls off the bus (Xid 79)")
+    lost.add_argument("--gpu", type=int, required=True)
+    xid = kinds.add_parser("xid", help="an Xid line in the kernel log")
+    xid.add_argument("--gpu", type=int, required=True)
+    xid.add_argument("--code", type=int, required=True)
+    xid.add_argument("--message")
+    options = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    fault: dict[str, Any] = {"kind": options.kind.replace("-", "_"), "gpu": options.gpu}
+    if options.kind == "xid":
+        if not 1 <= options.code <= 65535:
+            parser.error(f"--code {options.code}: an Xid code is 1..65535")
+        fault["code"] = options.code
+        fault["message"] = options.message
+    try:
+        print(f"lingbot-lab-incident: {strike(os.environ.get('LINGBOT_LAB_ROOT', ''), fault)}")
+    except (OSError, ValueError) as error:
+        print(f"lingbot-lab-incident: {error}", file=sys.stderr)
+        return 1
+    return 0
