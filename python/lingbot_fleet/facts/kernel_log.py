@@ -119,7 +119,7 @@ def parse_xid_line(text: str) -> dict[str, Any] | None:
 
 def normalize_xid_bus_id(text: str) -> str | None:
     """'0000:41:00', '00000000:41:00.0' or '41:00' -> '0000:41:00'; None when not a bus id."""
-    parts = text.lower().split(".")[0].split(":")
+    parts = text.lower().split(".", maxsplit=1)[0].split(":")
     if len(parts) == 2:
         parts = ["0", *parts]
     if len(parts) != 3:

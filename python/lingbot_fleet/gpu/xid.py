@@ -112,7 +112,7 @@ def xid_findings(facts: Mapping[str, Any], recent_s: float = XID_RECENT_S) -> li
 
 def _xid_bus(bus_id: Any) -> str:
     """'0000:41:00.0' -> '0000:41:00', the form the kernel log's Xid lines name."""
-    return str(bus_id or "").lower().split(".")[0]
+    return str(bus_id or "").lower().split(".", maxsplit=1)[0]
 
 
 def _xid_finding(
