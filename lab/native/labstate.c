@@ -275,6 +275,32 @@ static void load_clock_events(table_t *table, int index, lab_gpu_t *gpu)
     }
 }
 
+static void load_nvlink_errors(table_t *table, int index, lab_gpu_t *gpu)
+{
+    char key[256];
+    int count = (int)get_number_or(table, KEY("gpu.%d.nvlink_errors.count", index), 0);
+    if (count < 0 || count > LAB_MAX_NVLINK_ERRORS) {
+        fail(table, "%s: gpu.%d.nvlink_errors.count is %d, at most %d are supported",
+             table->path, index, count, LAB_MAX_NVLINK_ERRORS);
+        return;
+    }
+    gpu->nvlink_error_count = count;
+    for (int k = 0; k < count; k++) {
+        int counter = (int)get_number(table, KEY("gpu.%d.nvlink_errors.%d.counter", index, k));
+        if (!table->failed && (counter < 0 || counter >= LAB_NVLINK_ERROR_COUNTERS)) {
+            fail(table, "%s: gpu.%d.nvlink_errors.%d.counter is %d, not 0..%d", table->path,
+                 index, k, counter, LAB_NVLINK_ERROR_COUNTERS - 1);
+        }
+        gpu->nvlink_error_counters[k] = counter;
+        gpu->nvlink_error_counts[k] =
+            get_number(table, KEY("gpu.%d.nvlink_errors.%d.count", index, k));
+        gpu->nvlink_error_per_minute[k] =
+            get_number(table, KEY("gpu.%d.nvlink_errors.%d.per_minute", index, k));
+        gpu->nvlink_error_since_unix_s[k] =
+            get_number(table, KEY("gpu.%d.nvlink_errors.%d.since_unix_s", index, k));
+    }
+}
+
 static void load_gpu(table_t *table, int index, lab_gpu_t *gpu)
 {
     char key[256];
@@ -330,6 +356,7 @@ static void load_gpu(table_t *table, int index, lab_gpu_t *gpu)
     gpu->remap_failed = (int)get_number_or(table, KEY("gpu.%d.memory.remap_failed", index), 0);
     gpu->fabric_state = (int)get_number_or(table, KEY("gpu.%d.fabric_state", index), 0);
     load_clock_events(table, index, gpu);
+    load_nvlink_errors(table, index, gpu);
     gpu->recovery_action = (long long)get_number_or(
         table, KEY("gpu.%d.recovery_action", index), (double)LAB_RECOVERY_ACTION_NOT_SUPPORTED);
     gpu->persistence_default =
@@ -589,7 +616,7 @@ int lab_persistence_set(int index, int enabled)
     return write_text_atomically(path, enabled ? "1\n" : "0\n");
 }
 
-static double epoch_seconds(void)
+double lab_epoch_seconds(void)
 {
     struct timeval now;
     gettimeofday(&now, NULL);
@@ -623,14 +650,14 @@ static int read_busy(int index, busy_record_t *record)
 int lab_gpu_is_busy(int index)
 {
     busy_record_t record;
-    return read_busy(index, &record) && record.until > epoch_seconds();
+    return read_busy(index, &record) && record.until > lab_epoch_seconds();
 }
 
 int lab_gpu_link_gen(const lab_state_t *state, int index)
 {
     const lab_gpu_t *gpu = &state->gpus[index];
     busy_record_t record;
-    double now = epoch_seconds();
+    double now = lab_epoch_seconds();
     if (!read_busy(index, &record) || record.until <= now) {
         return gpu->gen_idle;
     }
@@ -641,7 +668,7 @@ int lab_gpu_link_gen(const lab_state_t *state, int index)
 void lab_gpu_mark_load(int index, double seconds)
 {
     char path[LAB_PATH_LEN], relative[64], text[128];
-    double now = epoch_seconds();
+    double now = lab_epoch_seconds();
     busy_record_t record = {0, 0, 0};
     if (!read_busy(index, &record) || record.until <= now) {
         record.since = now;

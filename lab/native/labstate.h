@@ -47,6 +47,8 @@
 /* Clock event faults per GPU (state gpu.<i>.clock_events), and the recovery action of a
  * driver without NVML's recovery action field (state gpu.<i>.recovery_action null). */
 #define LAB_MAX_CLOCK_EVENTS 8
+#define LAB_MAX_NVLINK_ERRORS 8
+#define LAB_NVLINK_ERROR_COUNTERS 5 /* nvmlNvLinkErrorCounter_t: replay .. ecc_data */
 #define LAB_RECOVERY_ACTION_NOT_SUPPORTED (-1LL)
 
 /* Remote end of an NVLink group: a GPU index, or this value for an NVSwitch. */
@@ -99,6 +101,13 @@ typedef struct {
     unsigned long long clock_event_masks[LAB_MAX_CLOCK_EVENTS];
     int clock_event_every[LAB_MAX_CLOCK_EVENTS];
     long long recovery_action; /* nvmlDeviceGpuRecoveryAction_t, or ..._NOT_SUPPORTED */
+    /* NVLink error counters that rise (fault nvlink_errors), all on the first NVLink:
+     * counter nvlink_error_counters[k] is count + per_minute for each minute since. */
+    int nvlink_error_count;
+    int nvlink_error_counters[LAB_MAX_NVLINK_ERRORS];
+    double nvlink_error_counts[LAB_MAX_NVLINK_ERRORS];
+    double nvlink_error_per_minute[LAB_MAX_NVLINK_ERRORS];
+    double nvlink_error_since_unix_s[LAB_MAX_NVLINK_ERRORS];
     int persistence_default;
 } lab_gpu_t;
 
@@ -172,5 +181,8 @@ int lab_parse_bdf(const char *text, unsigned *domain, unsigned *bus, unsigned *d
 
 /* Parses a cpulist such as "0-15,32-47" into a bitmask of 64-bit words. */
 int lab_parse_cpu_list(const char *text, unsigned long *mask_words, unsigned word_count);
+
+/* Seconds since the epoch, wall clock (what the state's *_unix_s count in). */
+double lab_epoch_seconds(void);
 
 #endif

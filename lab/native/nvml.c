@@ -18,6 +18,8 @@
  *   fault's bits in every Nth reading of the GPU, counted from the process's nvmlInit.
  * - Field values: only NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, from the state's
  *   recovery_action (null: NOT_SUPPORTED, as drivers before R570 answer).
+ * - NVLink error counters: 0 on every link, but for each nvlink_errors fault's counter on
+ *   the GPU's first link, rising with the wall clock from the fault's since_unix_s.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -917,6 +919,32 @@ EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int l
     /* A link that did not train is there and inactive (fault nvlink_down). */
     int trained = total - gpu->nvlinks_inactive;
     *is_active = (int)link < trained ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned int link,
+                                                    int counter, unsigned long long *value)
+{
+    RESOLVE(device, gpu);
+    if (!value || link >= NVML_NVLINK_MAX_LINKS || counter < 0 ||
+        counter >= LAB_NVLINK_ERROR_COUNTERS) {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    int remote;
+    if (nvlink_total(gpu) == 0 || nvlink_remote(gpu, link, &remote) != 0) {
+        return NVML_ERROR_NOT_SUPPORTED;
+    }
+    double total = 0;
+    double now = lab_epoch_seconds();
+    for (int k = 0; link == 0 && k < gpu->nvlink_error_count; k++) {
+        if (gpu->nvlink_error_counters[k] != counter) {
+            continue;
+        }
+        double elapsed_s = now - gpu->nvlink_error_since_unix_s[k];
+        total += gpu->nvlink_error_counts[k] +
+                 (elapsed_s > 0 ? gpu->nvlink_error_per_minute[k] * elapsed_s / 60.0 : 0);
+    }
+    *value = (unsigned long long)total;
     return NVML_SUCCESS;
 }
 

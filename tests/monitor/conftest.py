@@ -10,4 +10,4 @@ for helpers in (TESTS / "facts", TESTS / "probe"):
     if str(helpers) not in sys.path:
         sys.path.insert(0, str(helpers))
 
-from facts_support import lab_env  # noqa: E402, F401
+from facts_support import lab_env, lab_pynvml  # noqa: E402, F401

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,7 @@ def boot(root: str, profile_path: Path, link_prefix: str) -> dict[str, Any]:
     write_atomically(lab / "cmdline", cmdline + "\n")
     write_atomically(lab / "boot_id", f"{uuid.uuid4()}\n")
     copy_random_dir(root, lab)
-    state = compute_state(profile, cmdline)
+    state = compute_state(profile, cmdline, time.time())
     # The driver's view of the hardware. Without it (a boot into a kernel the NVIDIA module
     # was not built for, or the fault driver_not_loaded) the simulated NVML says Driver Not
     # Loaded and nvidia-smi exits 9, while sysfs still lists the GPUs.

@@ -8,6 +8,7 @@ from lingbot_lab.fabric_manager import fabric_manager_stopped
 from lingbot_lab.profile import (
     DEFAULT_LINK_RAMP_MS,
     NVIDIA_VENDOR_ID,
+    NVLINK_ERROR_COUNTERS,
     acs_redirect_ports,
     ancestors,
     clock_event_bit,
@@ -177,6 +178,24 @@ def clock_events(profile: dict[str, Any], index: int) -> list[dict[str, int]]:
     return events
 
 
+def nvlink_errors(
+    profile: dict[str, Any], index: int, booted_unix_s: float
+) -> list[dict[str, Any]]:
+    """The GPU's NVLink error counters that rise (faults nvlink_errors), NVML's counter
+    number each: from ``count`` at ``since_unix_s`` (an incident's; else the boot's) on,
+    ``per_minute`` more each minute, all on the GPU's first NVLink."""
+    return [
+        {
+            "counter": NVLINK_ERROR_COUNTERS[fault["counter"]],
+            "count": fault["count"],
+            "per_minute": fault["per_minute"],
+            "since_unix_s": round(fault.get("since_unix_s", booted_unix_s), 3),
+        }
+        for fault in profile["faults"]
+        if fault["kind"] == "nvlink_errors" and fault["gpu"] == index
+    ]
+
+
 def recovery_action(profile: dict[str, Any], index: int) -> int | None:
     """NVML's GPU recovery action: the fault recovery_action's; else none (0) from driver
     branch RECOVERY_ACTION_DRIVER_BRANCH on, and not supported (None) before it."""
@@ -284,7 +303,11 @@ def _host_state(profile: dict[str, Any], gpu: dict[str, Any]) -> dict[str, Any]:
 
 
 def _gpu_state(
-    profile: dict[str, Any], index: int, noacpi: bool, groups: dict[str, int]
+    profile: dict[str, Any],
+    index: int,
+    noacpi: bool,
+    groups: dict[str, int],
+    booted_unix_s: float,
 ) -> dict[str, Any]:
     gpu = profile["gpus"][index]
     nodes = profile["numa_nodes"]
@@ -322,6 +345,7 @@ def _gpu_state(
         "fabric_state": fabric_state(profile, index),
         "clock_events": clock_events(profile, index),
         "recovery_action": recovery_action(profile, index),
+        "nvlink_errors": nvlink_errors(profile, index, booted_unix_s),
         "mig_mode": 1 if gpu["mig"] else 0,
         "lost": any(f["kind"] == "gpu_lost" and f["gpu"] == index for f in faults),
         "fail_after_copies": next(
@@ -373,12 +397,17 @@ def _pair_state(
     }
 
 
-def compute_state(profile: dict[str, Any], cmdline: str) -> dict[str, Any]:
-    """The machine as the running kernel sees it; profile must come from validate_profile."""
+def compute_state(
+    profile: dict[str, Any], cmdline: str, booted_unix_s: float = 0.0
+) -> dict[str, Any]:
+    """The machine as the running kernel sees it; profile must come from validate_profile.
+    ``booted_unix_s``: when the node booted (what rises with time counts from it)."""
     noacpi = has_pci_noacpi(cmdline)
     mode = iommu_mode(cmdline, profile["cpu"]["vendor"], profile["boot"]["iommu_default"])
     groups = iommu_groups(profile, mode)
-    gpus = [_gpu_state(profile, i, noacpi, groups) for i in range(len(profile["gpus"]))]
+    gpus = [
+        _gpu_state(profile, i, noacpi, groups, booted_unix_s) for i in range(len(profile["gpus"]))
+    ]
     pairs = [
         _pair_state(profile, gpus, a, b, noacpi=noacpi, mode=mode)
         for a in range(len(gpus))
@@ -390,7 +419,12 @@ def compute_state(profile: dict[str, Any], cmdline: str) -> dict[str, Any]:
     return {
         "schema": STATE_SCHEMA,
         "profile": profile["name"],
-        "boot": {"cmdline": cmdline, "iommu_mode": mode, "acpi_pci": not noacpi},
+        "boot": {
+            "cmdline": cmdline,
+            "iommu_mode": mode,
+            "acpi_pci": not noacpi,
+            "booted_unix_s": round(booted_unix_s, 3),
+        },
         "driver": {
             "version": driver["version"],
             # The user-space libraries' version: another one after a driver update that

@@ -37,7 +37,11 @@ FAULT_KINDS = (
     "xid",
     "clock_throttle",
     "recovery_action",
+    "nvlink_errors",
 )
+# NVML's NVLink error counters (nvmlNvLinkErrorCounter_t) by the names an nvlink_errors
+# fault gives.
+NVLINK_ERROR_COUNTERS = {"replay": 0, "recovery": 1, "crc_flit": 2, "crc_data": 3, "ecc_data": 4}
 # A path's measured figure sets: what a copy of that kind takes (paths[].<key>).
 PATH_FIGURE_SETS = ("p2p", "host_staged", "p2p_iommu_translated", "p2p_without_acs_redirect")
 PATH_FIGURES = ("gbytes_per_s", "bidir_gbytes_per_s", "latency_ns")
@@ -449,6 +453,7 @@ def _check_faults(check: ProfileChecker, profile: dict[str, Any]) -> None:
             "xid",
             "clock_throttle",
             "recovery_action",
+            "nvlink_errors",
         ):
             gpu = check.require(fault, "gpu", where)
             check.integer(gpu, f"{where}.gpu", 0, len(profile["gpus"]) - 1)
@@ -465,18 +470,13 @@ def _check_faults(check: ProfileChecker, profile: dict[str, Any]) -> None:
         if kind == "ecc_uncorrected":
             check.integer(check.require(fault, "count", where), f"{where}.count", 1, 1 << 30)
         if kind == "xid":
-            check.integer(check.require(fault, "code", where), f"{where}.code", 1, 65535)
-            message = fault.setdefault("message", f"Xid {fault['code']} event")
-            if not isinstance(message, str) or not message.strip() or "\n" in message:
-                check.fail(
-                    f"{where}.message",
-                    f"{message!r} is not one line of text",
-                    "give the driver's words for the event on one line, or leave it out",
-                )
+            _check_xid_fault(check, fault, where)
         if kind in ("clock_throttle", "recovery_action"):
             _check_clock_or_recovery_fault(check, profile, fault, where)
         if kind in ("fabric_manager_down", "fabric_manager_version"):
             _check_fabric_manager_fault(check, profile, fault, where)
+        if kind == "nvlink_errors":
+            _check_nvlink_errors_fault(check, profile, fault, where)
         if kind == "nvlink_down":
             gpu_links = sum(link["count"] for link in profile["gpus"][fault["gpu"]]["nvlinks"])
             check.integer(check.require(fault, "links", where), f"{where}.links", 1, 18)
@@ -487,6 +487,36 @@ def _check_faults(check: ProfileChecker, profile: dict[str, Any]) -> None:
                     f"gpus[{fault['gpu']}]",
                     "give at most that many, or give the GPU its nvlinks",
                 )
+
+
+def _check_xid_fault(check: ProfileChecker, fault: dict[str, Any], where: str) -> None:
+    """xid {gpu, code, message}: a code NVIDIA could give, the driver's words on one line."""
+    check.integer(check.require(fault, "code", where), f"{where}.code", 1, 65535)
+    message = fault.setdefault("message", f"Xid {fault['code']} event")
+    if not isinstance(message, str) or not message.strip() or "\n" in message:
+        check.fail(
+            f"{where}.message",
+            f"{message!r} is not one line of text",
+            "give the driver's words for the event on one line, or leave it out",
+        )
+
+
+def _check_nvlink_errors_fault(
+    check: ProfileChecker, profile: dict[str, Any], fault: dict[str, Any], where: str
+) -> None:
+    """nvlink_errors {gpu, counter, per_minute, count}: a GPU with NVLinks; the counter by
+    name; how fast it rises from the boot (or the incident) on, and where it starts."""
+    if not profile["gpus"][fault["gpu"]]["nvlinks"]:
+        check.fail(
+            f"{where}.gpu",
+            f"gpus[{fault['gpu']}] has no NVLinks, so it has no NVLink error counters",
+            "give the fault to a GPU with nvlinks",
+        )
+    check.choice(
+        check.require(fault, "counter", where), f"{where}.counter", tuple(NVLINK_ERROR_COUNTERS)
+    )
+    check.integer(check.require(fault, "per_minute", where), f"{where}.per_minute", 1, 1 << 20)
+    check.integer(fault.setdefault("count", 0), f"{where}.count", 0, 1 << 40)
 
 
 def has_nvswitch(profile: dict[str, Any]) -> bool:

@@ -24,6 +24,16 @@ P2P_WORDS = {0: "OK", 1: "CNS", 2: "GNS", 3: "TNS", 4: "DR", 5: "NS", 6: "U"}
 # nvmlGpuP2PCapsIndex_t (pynvml's READ constant is a tuple by mistake, so use numbers).
 P2P_CAPS = {"read": 0, "write": 1, "nvlink": 2, "atomics": 3}
 NVLINK_MAX_LINKS = 18
+# nvmlNvLinkErrorCounter_t: the data link layer's error counters of one NVLink, since the
+# driver loaded (or the GPU was reset). CRC and replay errors are retried by the link;
+# a recovery takes the link down and up again.
+NVLINK_ERROR_COUNTERS = {
+    "replay": 0,
+    "recovery": 1,
+    "crc_flit": 2,
+    "crc_data": 3,
+    "ecc_data": 4,
+}
 # nvmlMemoryErrorType_t and nvmlEccCounterType_t (nvml.h).
 MEMORY_ERROR_UNCORRECTED = 1
 ECC_COUNTER_VOLATILE = 0
@@ -359,7 +369,7 @@ class NvmlReader:
             ),
         }
 
-    def nvlink_links(self, handle: Any) -> dict[str, int] | None:
+    def nvlink_links(self, handle: Any) -> dict[str, Any] | None:
         """How many NVLinks the GPU has (those NVML gives a state for) and how many are
         active; None when NVML gives none (a PCIe GPU, a VM without its NVLinks)."""
         links = active = 0
@@ -371,6 +381,48 @@ class NvmlReader:
             links += 1
             active += 1 if state else 0
         return {"links": links, "active": active} if links else None
+
+    def nvlink_error_counts(self, handle: Any) -> dict[str, int] | None:
+        """Per error counter (NVLINK_ERROR_COUNTERS), its sum over the GPU's NVLinks (those
+        NVML gives a state for); a counter no link answers is left out, and None when none
+        is answered (no NVLinks, or a driver without the call)."""
+        call = getattr(self.nvml, "nvmlDeviceGetNvLinkErrorCounter", None)
+        if call is None:
+            return None
+        counts: dict[str, int] = {}
+        for link in range(NVLINK_MAX_LINKS):
+            if self.optional(self.nvml.nvmlDeviceGetNvLinkState, handle, link) is None:
+                continue
+            for name, counter in NVLINK_ERROR_COUNTERS.items():
+                value = self.optional(call, handle, link, counter)
+                if value is not None:
+                    counts[name] = counts.get(name, 0) + int(value)
+        return counts or None
+
+    def nvlink_errors(
+        self, gpus: list[dict[str, Any]], clock: Callable[[], float] = time.monotonic
+    ) -> Callable[[], None]:
+        """Takes the first reading of every GPU's NVLink error counters now; the function it
+        returns takes the second and adds both to each GPU's ``nvlink`` (``errors``, the
+        second; ``errors_earlier``, the first; ``errors_window_s``, the time between), so a
+        counter rising between the two is seen (gpu/nvlink.py). Call it after the other
+        readings, to make the window as long as the reading already takes."""
+        first = [
+            self.nvlink_error_counts(handle) if handle is not None and gpu.get("nvlink") else None
+            for gpu, handle in zip(gpus, self.handles, strict=True)
+        ]
+        started_s = clock()
+
+        def second() -> None:
+            window_s = round(clock() - started_s, 3)
+            for gpu, handle, earlier in zip(gpus, self.handles, first, strict=True):
+                if earlier is None:
+                    continue
+                gpu["nvlink"]["errors_earlier"] = earlier
+                gpu["nvlink"]["errors"] = self.nvlink_error_counts(handle)
+                gpu["nvlink"]["errors_window_s"] = window_s
+
+        return second
 
     def nvlink_peers(self, handle: Any, bus_ids: list[str]) -> dict[str, int]:
         """Active NVLinks of one GPU by far end: GPU index as text, or 'nvswitch'."""
@@ -466,7 +518,9 @@ def read_nvml(pynvml: Any) -> dict[str, Any]:
     """Everything NVML tells: driver version, GPUs, topology matrix, P2P status."""
     with NvmlReader(pynvml) as reader:
         gpus = reader.gpus()
+        read_nvlink_errors_again = reader.nvlink_errors(gpus)
         reader.clock_events(gpus)
+        read_nvlink_errors_again()
         return {
             "driver_version": reader.driver_version(),
             "gpus": gpus,

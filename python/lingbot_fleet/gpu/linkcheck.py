@@ -36,7 +36,7 @@ from ..facts.schema import schema_problems
 from ..node.findings import Finding, at_or_above, count_by_severity
 from .driver_versions import driver_version_findings
 from .memory_health import memory_findings
-from .nvlink import fabric_findings, nvlink_findings
+from .nvlink import fabric_findings, nvlink_error_findings, nvlink_findings
 from .recovery_action import recovery_action_findings
 from .throttle import clock_event_findings
 from .xid import xid_findings
@@ -870,6 +870,7 @@ def check_links(
         findings += host_bandwidth_findings(gpu, path_links(gpu), host_copies.get(gpu["bus_id"]))
         findings += chipset_findings(gpu, policy)
         findings += nvlink_findings(gpu, policy.nvlinks_by_model)
+        findings += nvlink_error_findings(gpu)
         findings += memory_findings(gpu)
         findings += fabric_findings(gpu)
         findings += clock_event_findings(gpu)

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..node.findings import Finding
+from .gpu_finding import gpu_evidence, gpu_finding
 
 # NVML model names of GPUs whose NVLinks are always wired on their baseboard (SXM/OAM),
 # with the links each has. PCIe cards with an NVLink bridge are left to what NVML says.
@@ -85,6 +86,72 @@ def nvlink_findings(gpu: Mapping[str, Any], nvlinks_by_model: Mapping[str, int])
                 f"nvidia-smi nvlink -e -i {index} (error counters); reset the GPU while it is "
                 f"idle (nvidia-smi -r -i {index}); links that stay down need the baseboard "
                 "serviced (connector, cable, NVSwitch tray)"
+            ),
+        )
+    ]
+
+
+# Error counters whose rise means a link that went down and up again (traffic stalled
+# while it retrained): an error. The others (replays, CRC, ECC) are retried by the link and
+# cost bandwidth: a warning.
+NVLINK_ERRORS_LINK_DOWN = ("recovery",)
+
+
+def nvlink_error_findings(gpu: Mapping[str, Any]) -> list[Finding]:
+    """NVLINK_ERRORS_RISING for a GPU whose NVLink error counters rose between two readings
+    (nvlink.errors_earlier, nvlink.errors, errors_window_s apart: within one facts reading,
+    or since the monitor's last run); an error when ``recovery`` rose, else a warning. A
+    counter that fell was reset (the GPU was reset or the driver reloaded): not judged.
+    NVLINK_ERRORS_UNKNOWN (info) for a GPU with active NVLinks whose counters could not be
+    read: unknown, never healthy by silence."""
+    nvlink = gpu.get("nvlink")
+    if not isinstance(nvlink, Mapping) or "errors_earlier" not in nvlink:
+        return []
+    index = gpu.get("index")
+    earlier = nvlink.get("errors_earlier") or {}
+    latest = nvlink.get("errors") or {}
+    if not earlier or not latest:
+        if not nvlink.get("active"):
+            return []
+        message = "its NVLinks are active, but NVML did not give their error counters"
+        return [
+            gpu_finding(
+                gpu,
+                "NVLINK_ERRORS_UNKNOWN",
+                "info",
+                f"{message}: whether they are rising is unknown",
+                f"read them with nvidia-smi nvlink -e -i {index}",
+                gpu_evidence(gpu, model=gpu.get("model")),
+            )
+        ]
+    shared = sorted(set(earlier) & set(latest))
+    rises = {
+        name: int(latest[name]) - int(earlier[name])
+        for name in shared
+        if int(latest[name]) > int(earlier[name])
+    }
+    if not rises or any(int(latest[name]) < int(earlier[name]) for name in shared):
+        return []
+    window_s = nvlink.get("errors_window_s")
+    over = f"over {window_s} s" if window_s is not None else "between two readings"
+    link_down = any(name in rises for name in NVLINK_ERRORS_LINK_DOWN)
+    cost = (
+        "a link went down and retrained, stalling the peer copies over it"
+        if link_down
+        else "its links retry data, which costs peer copies bandwidth"
+    )
+    words = ", ".join(f"{name} +{count}" for name, count in rises.items())
+    return [
+        gpu_finding(
+            gpu,
+            "NVLINK_ERRORS_RISING",
+            "error" if link_down else "warning",
+            f"NVLink error counters rose {over} ({words}): {cost}",
+            f"read nvidia-smi nvlink -e -i {index} twice (which link's counters rise); "
+            f"reset the GPU while it is idle (nvidia-smi -r -i {index}); a link whose "
+            "counters keep rising needs the baseboard serviced (connector, cable, NVSwitch tray)",
+            gpu_evidence(
+                gpu, model=gpu.get("model"), rises=rises, counts=dict(latest), window_s=window_s
             ),
         )
     ]

@@ -30,7 +30,9 @@ from .state import (
     advance_state,
     fallback_recommendations,
     load_state,
+    nvlink_error_readings,
     update_fallback_flag,
+    widen_nvlink_error_windows,
 )
 
 REPORT_NAME = "last-run.json"
@@ -102,6 +104,12 @@ def run_monitor(
         smi_command=list(config.nvidia_smi),
     )
     notes += facts.get("notes") or []
+    state_dir = Path(config.state_dir)
+    previous, state_note = load_state(state_dir / STATE_NAME)
+    if state_note:
+        notes.append(state_note)
+    read_unix_s = wall_clock()
+    widen_nvlink_error_windows(facts, previous, read_unix_s)
     by_uuid = current_indices(facts)
     sampler, stop_sampler, note = start_link_sampler(
         config.use_nvml, python_path, list(config.nvidia_smi)
@@ -119,11 +127,8 @@ def run_monitor(
         stop_sampler()
     verdicts = [judge_pair(pair, probe, by_uuid) for pair in plan.pairs]
 
-    state_dir = Path(config.state_dir)
-    previous, state_note = load_state(state_dir / STATE_NAME)
-    if state_note:
-        notes.append(state_note)
     state = advance_state(previous, verdicts, timestamp)
+    state["nvlink_errors"] = nvlink_error_readings(facts, read_unix_s)
     recommended = fallback_recommendations(plan.instances, verdicts, config.consecutive_runs)
 
     findings = check_links(facts, link_policy(config), load_from_probe(probe))

@@ -1,10 +1,13 @@
-"""The monitor's memory across runs: consecutive unusable runs per pair, the fallback flag.
+"""The monitor's memory across runs: consecutive unusable runs per pair, each GPU's NVLink
+error counters, the fallback flag.
 
 ``state.json`` in the state directory counts, per used pair, the runs in a row it was not
 usable; a usable run resets the count and pairs the plan dropped are forgotten. A pair
 that reaches ``consecutive_runs`` makes the monitor recommend the single-GPU fallback for
 its instance; with ``auto_fallback`` the flag file ``fallback-recommended`` says so. That
-flag is all the monitor writes for a fallback.
+flag is all the monitor writes for a fallback. ``nvlink_errors`` keeps each GPU's NVLink
+error counters (by UUID) with the time they were read, so the next run judges their rise
+over the whole period between runs, not only over its own reading.
 """
 
 from __future__ import annotations
@@ -60,6 +63,45 @@ def advance_state(
             "last_gbytes_per_s": verdict.measured_gbytes_per_s,
         }
     return {"schema_version": MONITOR_SCHEMA_VERSION, "updated": timestamp, "pairs": pairs}
+
+
+def nvlink_error_readings(facts: Mapping[str, Any], unix_s: float) -> dict[str, Any]:
+    """UUID -> {counts, unix_s}: this run's NVLink error counters, for the next run."""
+    readings: dict[str, Any] = {}
+    for gpu in facts.get("gpus") or []:
+        counts = (gpu.get("nvlink") or {}).get("errors") if not gpu.get("lost") else None
+        if counts and gpu.get("uuid"):
+            readings[gpu["uuid"]] = {"counts": dict(counts), "unix_s": round(unix_s, 3)}
+    return readings
+
+
+def widen_nvlink_error_windows(
+    facts: Mapping[str, Any], previous: Mapping[str, Any], unix_s: float
+) -> None:
+    """Makes the last run's counters each GPU's earlier NVLink error reading, so a rise is
+    judged since then. Kept to the run's own two readings: a GPU the last run did not read,
+    a reading from the future (the clock was set back), and counters that fell since (the
+    GPU was reset or the driver reloaded)."""
+    readings = previous.get("nvlink_errors")
+    if not isinstance(readings, Mapping):
+        return
+    for gpu in facts.get("gpus") or []:
+        nvlink = gpu.get("nvlink")
+        before = readings.get(gpu.get("uuid")) if isinstance(nvlink, dict) else None
+        if not isinstance(before, Mapping) or not nvlink or not nvlink.get("errors"):
+            continue
+        counts, then_s = before.get("counts"), before.get("unix_s")
+        if not isinstance(counts, Mapping) or not isinstance(then_s, (int, float)):
+            continue
+        latest = nvlink["errors"]
+        shared = set(counts) & set(latest)
+        valid = all(isinstance(counts[name], int) for name in shared)
+        if not shared or not valid or then_s > unix_s:
+            continue
+        if any(latest[name] < counts[name] for name in shared):
+            continue
+        nvlink["errors_earlier"] = {name: counts[name] for name in shared}
+        nvlink["errors_window_s"] = round(unix_s - then_s, 3)
 
 
 def fallback_recommendations(
