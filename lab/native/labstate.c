@@ -353,6 +353,14 @@ static void load_gpu(table_t *table, int index, lab_gpu_t *gpu)
     gpu->rows_remapped_uncorrectable =
         (int)get_number_or(table, KEY("gpu.%d.memory.rows_remapped_uncorrectable", index), 0);
     gpu->remap_pending = (int)get_number_or(table, KEY("gpu.%d.memory.remap_pending", index), 0);
+    gpu->page_retirement =
+        (int)get_number_or(table, KEY("gpu.%d.memory.page_retirement", index), 0);
+    gpu->pages_retired_single_bit =
+        (int)get_number_or(table, KEY("gpu.%d.memory.pages_retired_single_bit", index), 0);
+    gpu->pages_retired_double_bit =
+        (int)get_number_or(table, KEY("gpu.%d.memory.pages_retired_double_bit", index), 0);
+    gpu->pages_retirement_pending =
+        (int)get_number_or(table, KEY("gpu.%d.memory.pages_retirement_pending", index), 0);
     gpu->remap_failed = (int)get_number_or(table, KEY("gpu.%d.memory.remap_failed", index), 0);
     gpu->fabric_state = (int)get_number_or(table, KEY("gpu.%d.fabric_state", index), 0);
     load_clock_events(table, index, gpu);

@@ -94,6 +94,8 @@ typedef struct {
     int rows_remapped_uncorrectable;
     int remap_pending;
     int remap_failed;
+    int page_retirement; /* 0: NOT_SUPPORTED, as on Ampere and later */
+    int pages_retired_single_bit, pages_retired_double_bit, pages_retirement_pending;
     int fabric_state; /* nvmlGpuFabricState_t: 0 no fabric, 1 not started, 3 completed */
     /* Clock event reasons beyond idle: clock_event_masks[k] is set in every
      * clock_event_every[k]-th reading (counted per process from its nvmlInit). */

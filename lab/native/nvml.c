@@ -707,6 +707,52 @@ EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device,
     return NVML_SUCCESS;
 }
 
+/* nvmlPageRetirementCause_t */
+#define NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS 0
+#define NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR 1
+
+/* Retired pages (before Ampere): the count alone when addresses is NULL or too small
+ * (INSUFFICIENT_SIZE unless there are none), then made-up page addresses. */
+EXPORT nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, int cause,
+                                              unsigned int *page_count,
+                                              unsigned long long *addresses)
+{
+    RESOLVE(device, gpu);
+    if (!page_count || cause < NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS ||
+        cause > NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR) {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    if (!gpu->page_retirement) {
+        return NVML_ERROR_NOT_SUPPORTED;
+    }
+    unsigned int pages = (unsigned int)(cause == NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
+                                            ? gpu->pages_retired_double_bit
+                                            : gpu->pages_retired_single_bit);
+    if (!addresses || *page_count < pages) {
+        *page_count = pages;
+        return pages ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+    }
+    for (unsigned int i = 0; i < pages; i++) {
+        addresses[i] = 0x100000ULL * (unsigned long long)(cause + 1) + i;
+    }
+    *page_count = pages;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device,
+                                                           nvmlEnableState_t *is_pending)
+{
+    RESOLVE(device, gpu);
+    if (!is_pending) {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    if (!gpu->page_retirement) {
+        return NVML_ERROR_NOT_SUPPORTED;
+    }
+    *is_pending = gpu->pages_retirement_pending ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    return NVML_SUCCESS;
+}
+
 EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *correctable,
                                               unsigned int *uncorrectable,
                                               unsigned int *is_pending,

@@ -1,6 +1,7 @@
 """Fault nvlink_errors: the profile checks, the state it gives (counters that rise with the
 wall clock from the boot, or from the incident that starts them), and the lab's
-libnvidia-ml answering nvmlDeviceGetNvLinkErrorCounter from that state."""
+libnvidia-ml answering nvmlDeviceGetNvLinkErrorCounter from that state; the profile checks
+of fault pages_retired too."""
 
 from __future__ import annotations
 
@@ -64,6 +65,18 @@ def h100_with(*faults: dict[str, Any]) -> dict[str, Any]:
                 }
             ),
             "faults[0].count: -1 is not an integer",
+        ),
+        (
+            h100_with({"kind": "pages_retired", "gpu": 0, "pending": "yes"}),
+            "faults[0].pending: 'yes' is not true or false; fix: write true",
+        ),
+        (
+            h100_with({"kind": "pages_retired", "gpu": 0, "double_bit": -2}),
+            "faults[0].double_bit: -2 is not an integer in 0..65536",
+        ),
+        (
+            h100_with({"kind": "pages_retired", "gpu": 9}),
+            "faults[0].gpu: 9 is not an integer in 0..7",
         ),
     ],
 )

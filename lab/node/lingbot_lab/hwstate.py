@@ -136,14 +136,17 @@ def fabric_state(profile: dict[str, Any], index: int) -> int:
 
 def memory_health(profile: dict[str, Any], index: int) -> dict[str, int]:
     """What the GPU's memory reports through NVML (faults row_remap_pending,
-    row_remap_failed, ecc_uncorrected): a row remapped for an uncorrectable error is
-    pending until the GPU is reset; a remap that found no spare row failed."""
+    row_remap_failed, ecc_uncorrected, pages_retired): a row remapped for an uncorrectable
+    error is pending until the GPU is reset; a remap that found no spare row failed. Page
+    retirement (before Ampere) is answered only for a GPU with the fault pages_retired."""
     kinds = {
         fault["kind"]: fault
         for fault in profile["faults"]
         if fault.get("gpu") == index
-        and fault["kind"] in ("row_remap_pending", "row_remap_failed", "ecc_uncorrected")
+        and fault["kind"]
+        in ("row_remap_pending", "row_remap_failed", "ecc_uncorrected", "pages_retired")
     }
+    retired = kinds.get("pages_retired")
     remapped = "row_remap_pending" in kinds or "row_remap_failed" in kinds
     uncorrected = kinds["ecc_uncorrected"]["count"] if "ecc_uncorrected" in kinds else 0
     return {
@@ -151,6 +154,10 @@ def memory_health(profile: dict[str, Any], index: int) -> dict[str, int]:
         "rows_remapped_uncorrectable": 1 if remapped else 0,
         "remap_pending": 1 if "row_remap_pending" in kinds else 0,
         "remap_failed": 1 if "row_remap_failed" in kinds else 0,
+        "page_retirement": 1 if retired else 0,
+        "pages_retired_single_bit": retired["single_bit"] if retired else 0,
+        "pages_retired_double_bit": retired["double_bit"] if retired else 0,
+        "pages_retirement_pending": 1 if retired and retired["pending"] else 0,
     }
 
 

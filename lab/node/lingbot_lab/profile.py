@@ -38,6 +38,7 @@ FAULT_KINDS = (
     "clock_throttle",
     "recovery_action",
     "nvlink_errors",
+    "pages_retired",
 )
 # NVML's NVLink error counters (nvmlNvLinkErrorCounter_t) by the names an nvlink_errors
 # fault gives.
@@ -438,58 +439,89 @@ def _check_without_acs_redirect(
         )
 
 
+# Fault kinds that name a GPU (gpu: index).
+GPU_FAULT_KINDS = (
+    "gpu_lost",
+    "device_fails_after_copies",
+    "nvlink_down",
+    "row_remap_pending",
+    "row_remap_failed",
+    "ecc_uncorrected",
+    "xid",
+    "clock_throttle",
+    "recovery_action",
+    "nvlink_errors",
+    "pages_retired",
+)
+
+
 def _check_faults(check: ProfileChecker, profile: dict[str, Any]) -> None:
     faults = profile.setdefault("faults", [])
     for position, fault in enumerate(faults):
         where = f"faults[{position}]"
         kind = check.choice(check.require(fault, "kind", where), f"{where}.kind", FAULT_KINDS)
-        if kind in (
-            "gpu_lost",
-            "device_fails_after_copies",
-            "nvlink_down",
-            "row_remap_pending",
-            "row_remap_failed",
-            "ecc_uncorrected",
-            "xid",
-            "clock_throttle",
-            "recovery_action",
-            "nvlink_errors",
-        ):
+        if kind in GPU_FAULT_KINDS:
             gpu = check.require(fault, "gpu", where)
             check.integer(gpu, f"{where}.gpu", 0, len(profile["gpus"]) - 1)
-        if kind == "device_fails_after_copies":
-            check.integer(check.require(fault, "copies", where), f"{where}.copies", 1, 1 << 30)
-        if kind == "driver_library_mismatch":
-            version = check.require(fault, "library_version", where)
-            if not isinstance(version, str) or not version.strip():
-                check.fail(
-                    f"{where}.library_version",
-                    f"{version!r} is not a driver version",
-                    'write the libraries\' version in quotes, e.g. "550.90.07"',
-                )
-        if kind == "ecc_uncorrected":
-            check.integer(check.require(fault, "count", where), f"{where}.count", 1, 1 << 30)
-        if kind == "xid":
-            _check_xid_fault(check, fault, where)
-        if kind in ("clock_throttle", "recovery_action"):
-            _check_clock_or_recovery_fault(check, profile, fault, where)
-        if kind in ("fabric_manager_down", "fabric_manager_version"):
-            _check_fabric_manager_fault(check, profile, fault, where)
-        if kind == "nvlink_errors":
-            _check_nvlink_errors_fault(check, profile, fault, where)
-        if kind == "nvlink_down":
-            gpu_links = sum(link["count"] for link in profile["gpus"][fault["gpu"]]["nvlinks"])
-            check.integer(check.require(fault, "links", where), f"{where}.links", 1, 18)
-            if fault["links"] > gpu_links:
-                check.fail(
-                    f"{where}.links",
-                    f"{fault['links']} is more than the {gpu_links} NVLinks of "
-                    f"gpus[{fault['gpu']}]",
-                    "give at most that many, or give the GPU its nvlinks",
-                )
+        check_kind = FAULT_CHECKS.get(kind)
+        if check_kind is not None:
+            check_kind(check, profile, fault, where)
 
 
-def _check_xid_fault(check: ProfileChecker, fault: dict[str, Any], where: str) -> None:
+def _check_copies_fault(
+    check: ProfileChecker, _profile: dict[str, Any], fault: dict[str, Any], where: str
+) -> None:
+    check.integer(check.require(fault, "copies", where), f"{where}.copies", 1, 1 << 30)
+
+
+def _check_library_mismatch_fault(
+    check: ProfileChecker, _profile: dict[str, Any], fault: dict[str, Any], where: str
+) -> None:
+    version = check.require(fault, "library_version", where)
+    if not isinstance(version, str) or not version.strip():
+        check.fail(
+            f"{where}.library_version",
+            f"{version!r} is not a driver version",
+            'write the libraries\' version in quotes, e.g. "550.90.07"',
+        )
+
+
+def _check_ecc_fault(
+    check: ProfileChecker, _profile: dict[str, Any], fault: dict[str, Any], where: str
+) -> None:
+    check.integer(check.require(fault, "count", where), f"{where}.count", 1, 1 << 30)
+
+
+def _check_pages_retired_fault(
+    check: ProfileChecker, _profile: dict[str, Any], fault: dict[str, Any], where: str
+) -> None:
+    """pages_retired {gpu, single_bit, double_bit, pending}: pages retired per cause."""
+    for cause in ("single_bit", "double_bit"):
+        check.integer(fault.setdefault(cause, 0), f"{where}.{cause}", 0, 1 << 16)
+    if not isinstance(fault.setdefault("pending", False), bool):
+        check.fail(
+            f"{where}.pending",
+            f"{fault['pending']!r} is not true or false",
+            "write true (pages wait for a GPU reset) or false",
+        )
+
+
+def _check_nvlink_down_fault(
+    check: ProfileChecker, profile: dict[str, Any], fault: dict[str, Any], where: str
+) -> None:
+    gpu_links = sum(link["count"] for link in profile["gpus"][fault["gpu"]]["nvlinks"])
+    check.integer(check.require(fault, "links", where), f"{where}.links", 1, 18)
+    if fault["links"] > gpu_links:
+        check.fail(
+            f"{where}.links",
+            f"{fault['links']} is more than the {gpu_links} NVLinks of gpus[{fault['gpu']}]",
+            "give at most that many, or give the GPU its nvlinks",
+        )
+
+
+def _check_xid_fault(
+    check: ProfileChecker, _profile: dict[str, Any], fault: dict[str, Any], where: str
+) -> None:
     """xid {gpu, code, message}: a code NVIDIA could give, the driver's words on one line."""
     check.integer(check.require(fault, "code", where), f"{where}.code", 1, 65535)
     message = fault.setdefault("message", f"Xid {fault['code']} event")
@@ -712,3 +744,19 @@ def load_profile_json(path: str | Path) -> dict[str, Any]:
     """Read and validate the node's /opt/lingbot-lab/profile.json."""
     with open(path, encoding="utf-8") as handle:
         return validate_profile(json.load(handle))
+
+
+# Each fault kind's own checks, beyond the GPU it names (GPU_FAULT_KINDS).
+FAULT_CHECKS = {
+    "device_fails_after_copies": _check_copies_fault,
+    "driver_library_mismatch": _check_library_mismatch_fault,
+    "ecc_uncorrected": _check_ecc_fault,
+    "pages_retired": _check_pages_retired_fault,
+    "xid": _check_xid_fault,
+    "clock_throttle": _check_clock_or_recovery_fault,
+    "recovery_action": _check_clock_or_recovery_fault,
+    "fabric_manager_down": _check_fabric_manager_fault,
+    "fabric_manager_version": _check_fabric_manager_fault,
+    "nvlink_errors": _check_nvlink_errors_fault,
+    "nvlink_down": _check_nvlink_down_fault,
+}

@@ -38,6 +38,9 @@ NVLINK_ERROR_COUNTERS = {
 MEMORY_ERROR_UNCORRECTED = 1
 ECC_COUNTER_VOLATILE = 0
 ECC_COUNTER_AGGREGATE = 1
+# nvmlPageRetirementCause_t: pages retired (before Ampere) for repeated single-bit errors,
+# and for a double-bit (uncorrectable) error.
+PAGE_RETIREMENT_CAUSES = {"single_bit": 0, "double_bit": 1}
 MIG_WORDS = {0: "disabled", 1: "enabled"}
 # nvmlGpuFabricState_t.
 FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
@@ -341,8 +344,9 @@ class NvmlReader:
         return FABRIC_STATES.get(state, f"unknown {state}")
 
     def memory_health(self, handle: Any) -> dict[str, Any]:
-        """ECC and row remapping as NVML reports them; a value NVML does not give (a GPU
-        without ECC, row remapping before Ampere) is None: unknown, never healthy."""
+        """ECC, row remapping (Ampere and later) and page retirement (before Ampere) as NVML
+        reports them; a value NVML does not give (a GPU without ECC, row remapping before
+        Ampere, page retirement after) is None: unknown, never healthy."""
         nvml = self.nvml
         ecc = self.optional(nvml.nvmlDeviceGetEccMode, handle)
         counters = (("volatile", ECC_COUNTER_VOLATILE), ("aggregate", ECC_COUNTER_AGGREGATE))
@@ -353,6 +357,11 @@ class NvmlReader:
             for name, counter in counters
         }
         rows = self.optional(nvml.nvmlDeviceGetRemappedRows, handle)
+        retired = {
+            name: self.optional(nvml.nvmlDeviceGetRetiredPages, handle, cause)
+            for name, cause in PAGE_RETIREMENT_CAUSES.items()
+        }
+        pending = self.optional(nvml.nvmlDeviceGetRetiredPagesPendingStatus, handle)
         return {
             "ecc_enabled": bool(ecc[0]) if ecc is not None else None,
             "uncorrected_volatile": counts["volatile"],
@@ -365,6 +374,17 @@ class NvmlReader:
                     "failed": bool(rows[3]),
                 }
                 if rows is not None
+                else None
+            ),
+            "retired_pages": (
+                {
+                    **{
+                        name: len(pages) if pages is not None else None
+                        for name, pages in retired.items()
+                    },
+                    "pending": bool(pending) if pending is not None else None,
+                }
+                if pending is not None or any(pages is not None for pages in retired.values())
                 else None
             ),
         }
