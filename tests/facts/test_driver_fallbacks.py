@@ -201,3 +201,19 @@ def test_a_gpu_on_the_bus_the_driver_does_not_list_is_lost_by_its_own_bus_id(
     ]
     [lost] = [f for f in check_links({"gpus": gpus}, LinkPolicy()) if f.code == "GPU_LOST"]
     assert (lost.severity, lost.subject) == ("critical", first)
+
+
+def test_health_read_through_nvidia_smi_because_nvml_failed_is_unknown(
+    pair_node: LabNode, no_pynvml: None
+) -> None:
+    facts = gather_facts(pair_node.root, smi_command=SMI_COMMAND)
+    assert facts["sources"]["gpus"] == "nvidia-smi"
+    unread = [f for f in check_links(facts, LinkPolicy()) if f.code == "GPU_HEALTH_UNREAD"]
+    assert [(f.severity, f.subject) for f in unread] == [("info", "node")]
+    assert "memory errors, NVLink state and error counters" in unread[0].message
+    assert "nvidia-ml-py" in unread[0].fix
+    assert unread[0].evidence["notes"][0].startswith("NVML not used: ")
+    # NVML turned off by the caller (a test, a deliberate choice) is no finding, and NVML
+    # read is none either.
+    off = gather_facts(pair_node.root, use_nvml=False, smi_command=SMI_COMMAND)
+    assert "GPU_HEALTH_UNREAD" not in {f.code for f in check_links(off, LinkPolicy())}

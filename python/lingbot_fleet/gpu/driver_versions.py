@@ -1,5 +1,6 @@
-"""The driver's parts out of step: its loaded kernel module against what NVML reports, and
-on NVSwitch systems the fabric manager (running, at the driver's own version).
+"""The driver's parts out of step: its loaded kernel module against what NVML reports, on
+NVSwitch systems the fabric manager (running, at the driver's own version), and NVML not
+usable while nvidia-smi answers (the GPUs' health then unknown).
 
 The facts give the kernel module's version (``driver.kernel_module_version``, from
 /proc/driver/nvidia/version), the driver version NVML (or nvidia-smi) reports
@@ -146,6 +147,44 @@ def fabric_manager_findings(facts: Mapping[str, Any]) -> list[Finding]:
     return findings
 
 
+# facts/document.py's note when NVML was asked and could not be used.
+NVML_NOT_USED = "NVML not used: "
+NVML_TURNED_OFF = "turned off by the caller"
+
+
+def health_unread_findings(facts: Mapping[str, Any]) -> list[Finding]:
+    """GPU_HEALTH_UNREAD (info) when NVML was asked and could not be used, so the GPUs were
+    read through nvidia-smi: their identity and links are known, but memory errors, NVLink
+    state and error counters, clock events, the recovery action and the fabric state are
+    not (they come from NVML only): unknown, never healthy by silence."""
+    if (facts.get("sources") or {}).get("gpus") != "nvidia-smi" or not facts.get("gpus"):
+        return []
+    reasons = [
+        note
+        for note in facts.get("notes") or []
+        if str(note).startswith(NVML_NOT_USED) and NVML_TURNED_OFF not in str(note)
+    ]
+    if not reasons:
+        return []
+    return [
+        _node_finding(
+            "GPU_HEALTH_UNREAD",
+            "info",
+            "the GPUs were read through nvidia-smi because NVML could not be used, so their "
+            "health is unknown: memory errors, NVLink state and error counters, clock events, "
+            "the recovery action and the fabric state come from NVML only",
+            {"notes": reasons},
+            "make NVML usable on the node: install nvidia-ml-py (pip) or the distribution's "
+            "python3-pynvml for the Python the toolkit runs, or give gpu_facts its path "
+            "(gpu_facts_nvml_python_path); then gather the facts again",
+        )
+    ]
+
+
 def driver_version_findings(facts: Mapping[str, Any]) -> list[Finding]:
     """Every finding of this module for a node's facts."""
-    return module_mismatch_findings(facts) + fabric_manager_findings(facts)
+    return (
+        module_mismatch_findings(facts)
+        + fabric_manager_findings(facts)
+        + health_unread_findings(facts)
+    )
