@@ -80,6 +80,9 @@ def test_the_doctor_measures_every_path_and_judges_like_the_audit(
     assert "peer copies (GB/s, peer access on):" in text
     assert text.splitlines()[-1].startswith(f"verdict: {document['status']} (")
     assert "kernel: no default boot entry was found" in text
+    # No NVSwitch: no fabric manager in the driver's line.
+    version = node.state["driver"]["version"]
+    assert f"driver {version} (kernel module {version}) (GPUs read through" in text
 
 
 def test_a_node_without_its_driver_is_critical_and_not_probed(
@@ -101,7 +104,14 @@ def test_nvlinks_trained_down_are_named(tmp_path: Path, lab_env: Any, lab_pynvml
     [finding] = [f for f in document["findings"] if f["code"] == "NVLINK_LINKS_DOWN"]
     assert finding["evidence"]["index"] == 5
     assert "has 12 of 18 NVLinks active" in finding["message"]
-    assert "NVLINK_LINKS_DOWN" in render_text(document)
+    text = render_text(document)
+    assert "NVLINK_LINKS_DOWN" in text
+    # The driver's parts: NVML's version, the loaded module's, the fabric manager's.
+    version = node.state["driver"]["version"]
+    assert (
+        f"driver {version} (kernel module {version}; fabric manager active, {version}) "
+        "(GPUs read through nvml)"
+    ) in text
 
 
 def test_the_command_runs_on_the_standard_library_alone(tmp_path: Path, lab_env: Any) -> None:

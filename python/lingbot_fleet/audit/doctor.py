@@ -23,7 +23,7 @@ from typing import Any
 from ..gpu.probe import MIB, ProbeParameters, run_probe, start_link_sampler
 from ..node.findings import SEVERITIES, severity_label, severity_overrides, severity_rank
 from ..node.values import ValueRefusedError
-from .evaluate import AuditPolicy, evaluate_node, section_error
+from .evaluate import AuditPolicy, driver_parts_text, evaluate_node, section_error
 from .fleet import EXIT_COMPLIANT, EXIT_FINDINGS, EXIT_NODES_FAILED
 from .node_document import collect_node
 
@@ -125,7 +125,7 @@ def render_text(document: Mapping[str, Any]) -> str:
     lines = [f"lingbot-fleet doctor: {document['host']}"]
     sources = facts.get("sources") or {}
     lines.append(
-        f"driver {facts.get('driver_version') or 'unknown'} (GPUs read through "
+        f"driver {driver_parts_text(facts)} (GPUs read through "
         f"{sources.get('gpus') or 'nothing'}), IOMMU {facts.get('iommu_mode') or 'unknown'}, "
         f"{_figure(facts.get('numa_node_count'))} NUMA node(s), "
         f"{len(facts.get('gpus') or [])} NVIDIA GPU(s)"

@@ -93,7 +93,9 @@ def section_error(section: Any) -> str | None:
 
 
 def facts_summary(facts: Mapping[str, Any]) -> dict[str, Any]:
-    """What the reports show of the facts: the GPUs with their links, topology, P2P status."""
+    """What the reports show of the facts: the driver's parts (NVML's version, the loaded
+    kernel module's, the fabric manager's state and version on NVSwitch systems), the GPUs
+    with their links, topology, P2P status."""
     gpus = []
     for gpu in facts.get("gpus") or []:
         pcie = gpu.get("pcie") or {}
@@ -121,8 +123,15 @@ def facts_summary(facts: Mapping[str, Any]) -> dict[str, Any]:
                 "host_bridge": gpu.get("host_bridge"),
             }
         )
+    fabric_manager = facts.get("fabric_manager")
     return {
         "driver_version": facts.get("driver_version"),
+        "kernel_module_version": (facts.get("driver") or {}).get("kernel_module_version"),
+        "fabric_manager": (
+            {key: fabric_manager.get(key) for key in ("state", "version")}
+            if isinstance(fabric_manager, Mapping)
+            else None
+        ),
         "iommu_mode": (facts.get("iommu") or {}).get("mode"),
         "numa_node_count": (facts.get("numa") or {}).get("node_count"),
         "sources": facts.get("sources"),
@@ -130,6 +139,22 @@ def facts_summary(facts: Mapping[str, Any]) -> dict[str, Any]:
         "topology": facts.get("topology") or [],
         "p2p_read": (facts.get("p2p") or {}).get("read") or [],
     }
+
+
+def driver_parts_text(facts: Mapping[str, Any]) -> str:
+    """'550.54.15 (kernel module 550.54.15; fabric manager active, 550.54.15)': NVML's
+    version, then the loaded module's and the fabric manager's where the facts have them."""
+    parts = []
+    if facts.get("kernel_module_version"):
+        parts.append(f"kernel module {facts['kernel_module_version']}")
+    fabric_manager = facts.get("fabric_manager")
+    if isinstance(fabric_manager, Mapping):
+        state = fabric_manager.get("state") or "state unknown"
+        parts.append(
+            f"fabric manager {state}, {fabric_manager.get('version') or 'version unknown'}"
+        )
+    text = str(facts.get("driver_version") or "unknown")
+    return f"{text} ({'; '.join(parts)})" if parts else text
 
 
 def persistence_findings(facts: Mapping[str, Any]) -> list[Finding]:

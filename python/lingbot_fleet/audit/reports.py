@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..node.findings import severity_label, severity_rank
+from .evaluate import driver_parts_text
 from .fleet import STATUS_FAILED, STATUS_FINDINGS, STATUS_OK, STATUS_UNREACHABLE
 
 REPORT_FILES = ("fleet.json", "fleet.md", "fleet.html", "junit.xml")
@@ -546,7 +547,7 @@ def _html_node(node: Mapping[str, Any]) -> str:
             for g in facts.get("gpus") or []
         )
         parts.append(
-            f"<p>Driver {_e(facts.get('driver_version'))}, IOMMU {_e(facts.get('iommu_mode'))}, "
+            f"<p>Driver {_e(driver_parts_text(facts))}, IOMMU {_e(facts.get('iommu_mode'))}, "
             f"NUMA nodes {_e(facts.get('numa_node_count'))}</p>"
             "<table><tr><th>GPU</th><th>model</th><th>bus id</th><th>NUMA</th><th>link</th>"
             f"<th>upstream port</th><th>persistence</th></tr>{gpu_rows}</table>"
