@@ -25,7 +25,7 @@ POLICY = LinkPolicy()
 def facts_of(raw: dict[str, Any], tmp_path: Path, lab_env: Any, cmdline: str | None = None):
     node = boot_lab_node(raw, tmp_path, cmdline=cmdline)
     lab_env(node)
-    return node, gather_facts(node.root, smi_command=SMI_COMMAND)
+    return node, gather_facts(node.root, use_nvml=False, smi_command=SMI_COMMAND)
 
 
 def codes(findings: list[Finding]) -> list[tuple[str, str, str]]:

@@ -33,6 +33,9 @@ from lingbot.latency import (  # noqa: E402
     ring_pairs,
 )
 
+# Requests are timed against the model within a round-trip allowance: run alone.
+pytestmark = pytest.mark.wall_clock
+
 ONE_GPU_S = 0.382
 PHB_PAIR_S = 0.217
 CROSS_SOCKET_PAIR_S = 0.496
