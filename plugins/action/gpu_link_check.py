@@ -2,7 +2,7 @@
 
 The facts (``ansible_facts.lingbot_gpu``), the probe (``ansible_facts.lingbot_probe``) and
 any load sample are already on the controller, so the judgement needs no connection to
-the node: it runs ``lingbot_fleet.gpu.link_judge.judge_link_check`` (the link checks, then
+the node: it runs ``lingbot_fleet.gpu.linkcheck.judge_options`` (the link checks, then
 the fleet's severity per finding code, then ``fail_on``), the function the module of the
 same name runs on a node. With ``sample`` and no ``load``, a load sample is taken first
 (the module gpu_link_load, on the node) only when the probe's readings do not stand in
@@ -20,10 +20,9 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
 from lingbot_fleet.controller.ansible_data import plain_data as plain
-from lingbot_fleet.gpu.link_judge import LINK_CHECK_ARGUMENT_SPEC, judge_link_check
-from lingbot_fleet.gpu.linkcheck import sample_decision
+from lingbot_fleet.gpu.linkcheck import JUDGE_ARGUMENT_SPEC, judge_options, sample_decision
 
-ARGUMENT_SPEC = LINK_CHECK_ARGUMENT_SPEC
+ARGUMENT_SPEC = JUDGE_ARGUMENT_SPEC
 
 
 class ActionModule(ActionBase):
@@ -49,7 +48,7 @@ class ActionModule(ActionBase):
         if sample_needed:
             params["load"] = self.take_sample(params["sample"], task_vars or {})
         try:
-            judged, failure = judge_link_check(params)
+            judged, failure = judge_options(params)
         except ValueError as error:
             raise AnsibleActionFail(str(error)) from error
         result.update(judged)

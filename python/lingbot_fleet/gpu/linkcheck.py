@@ -33,7 +33,13 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..facts.schema import schema_problems
-from ..node.findings import Finding, at_or_above, count_by_severity
+from ..node.findings import (
+    Finding,
+    at_or_above,
+    count_by_severity,
+    override_severities,
+    severity_label,
+)
 from .driver_versions import driver_version_findings
 from .memory_health import memory_findings
 from .nvlink import fabric_findings, nvlink_error_findings, nvlink_findings
@@ -1174,6 +1180,7 @@ JUDGE_ARGUMENT_SPEC = {
     "probe_max_age_s": {"type": "float", "default": 3600.0},
     "fail_on": {"type": "str", "choices": list(FAIL_ON_CHOICES), "default": "error"},
     "defer_failure": {"type": "bool", "default": False},
+    "finding_severity": {"type": "dict", "default": {}},
 }
 
 
@@ -1186,6 +1193,7 @@ def judge_links(
     fail_on: str = "error",
     probe_max_age_s: float | None = None,
     now_s: float | None = None,
+    finding_severity: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, Any], str | None]:
     """The gpu_checks result for one node, and the failure message when it must fail.
 
@@ -1195,7 +1203,10 @@ def judge_links(
     ``nvlinks_by_model``, ``load_min_s``), a load sample or else the probe's readings
     under load (only while the probe is younger than `probe_max_age_s`, when given), and
     the severity at which the node fails. GPUs the probe could not use are findings too
-    (probe_gpu_findings).
+    (probe_gpu_findings). ``finding_severity`` (the fleet's severity per finding code,
+    ``lingbot_fleet_finding_severity``) is applied to every finding before anything
+    decides with a severity: the failure at ``fail_on``, the planner (the fact
+    ``lingbot_link_findings``) and the rollout gate (the registered findings).
     """
     if fail_on not in FAIL_ON_CHOICES:
         raise ValueError(f"fail_on is {fail_on!r}; use one of {', '.join(FAIL_ON_CHOICES)}")
@@ -1206,11 +1217,15 @@ def judge_links(
     host_copies = host_copies_from_probe(probe, max_age_s=probe_max_age_s, now_s=now_s)
     findings = check_links(facts, LinkPolicy.from_vars(policy_vars), readings, host_copies)
     findings += probe_gpu_findings(probe, facts)
+    findings = override_severities(findings, finding_severity or {}, "finding_severity")
+    rows = [finding.to_dict() for finding in findings]
     result = {
         "changed": False,
-        "findings": [finding.to_dict() for finding in findings],
+        "findings": rows,
         "counts": count_by_severity(findings),
-        "summary": [f"{f.severity} {f.code} {f.subject}: {f.message}" for f in findings],
+        "summary": [
+            f"{severity_label(f)} {f['code']} {f['subject']}: {f['message']}" for f in rows
+        ],
     }
     # For the planner (lingbot_plan), which decides with the findings as the audit does.
     result["ansible_facts"] = {"lingbot_link_findings": result["findings"]}
@@ -1233,4 +1248,5 @@ def judge_options(params: Mapping[str, Any]) -> tuple[dict[str, Any], str | None
         probe=params["probe"],
         fail_on=params["fail_on"],
         probe_max_age_s=params["probe_max_age_s"],
+        finding_severity=params.get("finding_severity"),
     )

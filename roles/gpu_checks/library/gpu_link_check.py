@@ -181,13 +181,13 @@ failure:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.lingbot_fleet.gpu.link_judge import (
-    LINK_CHECK_ARGUMENT_SPEC,
-    judge_link_check,
+from ansible.module_utils.lingbot_fleet.gpu.linkcheck import (
+    JUDGE_ARGUMENT_SPEC,
+    judge_options,
+    sample_decision,
 )
-from ansible.module_utils.lingbot_fleet.gpu.linkcheck import sample_decision
 
-ARGUMENT_SPEC = LINK_CHECK_ARGUMENT_SPEC
+ARGUMENT_SPEC = JUDGE_ARGUMENT_SPEC
 
 
 def take_sample(module: AnsibleModule, sample: dict) -> dict:
@@ -213,7 +213,7 @@ def run_module() -> None:
     if sample_needed:
         params["load"] = take_sample(module, params["sample"])
     try:
-        result, failure = judge_link_check(params)
+        result, failure = judge_options(params)
     except ValueError as error:
         module.fail_json(msg=str(error))
     result.update(failure=failure, load=params["load"], load_note=note)
