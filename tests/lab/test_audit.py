@@ -17,12 +17,14 @@ TOOLKIT_FILES = (
     "/etc/systemd/system /var/lib/lingbot-fleet -type f 2>/dev/null | sort | xargs -r md5sum"
 )
 # Every node starts unconverged: iommu=pt not yet in effect, persistence off (the daemon
-# is not enabled), no probe saved, LingBot not deployed.
+# is not enabled), no probe saved, LingBot not deployed, and no pynvml for NVML (the
+# toolkit's venv is not installed yet), so the GPUs' health is read as unknown.
 UNCONVERGED = {
     "KERNEL_PARAMS_NOT_IN_EFFECT",
     "PERSISTENCE_MODE_OFF",
     "PROBE_MISSING",
     "LINGBOT_NOT_DEPLOYED",
+    "GPU_HEALTH_UNREAD",
 }
 IMPLIED_BY_PROFILE = {
     "a6000-already-configured": set(),
