@@ -26,6 +26,10 @@ from lingbot_lab.hwstate import compute_state
 from lingbot_lab.kernel_log import append, uptime_s, xid_text
 from lingbot_lab.profile import NVLINK_ERROR_COUNTERS, load_profile_json
 
+# Incidents that change what the driver reports (the state is computed again with them);
+# an xid incident only writes the kernel log.
+STATE_INCIDENTS = ("gpu_lost", "nvlink_errors")
+
 
 def _incidents(lab: Path) -> list[dict[str, Any]]:
     path = lab / INCIDENTS_NAME
@@ -48,10 +52,10 @@ def strike(root: str, fault: dict[str, Any]) -> str:
         fault["since_unix_s"] = time.time()
     write_atomically(lab / INCIDENTS_NAME, json.dumps([*incidents, fault], indent=2) + "\n")
     incidents.append(fault)
-    if fault["kind"] in ("gpu_lost", "nvlink_errors") and (lab / "state.json").exists():
+    if fault["kind"] in STATE_INCIDENTS and (lab / "state.json").exists():
         # Without state.json no driver is loaded: nothing more to lose or to count.
         state = json.loads((lab / "state.json").read_text())
-        changed = [f for f in incidents if f["kind"] in ("gpu_lost", "nvlink_errors")]
+        changed = [f for f in incidents if f["kind"] in STATE_INCIDENTS]
         faults = [*profile["faults"], *changed]
         cmdline = (lab / "cmdline").read_text().strip()
         booted_unix_s = float(state["boot"].get("booted_unix_s") or 0.0)

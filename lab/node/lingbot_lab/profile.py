@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -468,10 +469,15 @@ def _check_faults(check: ProfileChecker, profile: dict[str, Any]) -> None:
             check_kind(check, profile, fault, where)
 
 
-def _check_copies_fault(
-    check: ProfileChecker, _profile: dict[str, Any], fault: dict[str, Any], where: str
-) -> None:
-    check.integer(check.require(fault, "copies", where), f"{where}.copies", 1, 1 << 30)
+def _check_count(key: str) -> Callable[[ProfileChecker, dict[str, Any], dict[str, Any], str], None]:
+    """The check of a fault whose one field ``key`` is a whole number from 1 on."""
+
+    def check_fault(
+        check: ProfileChecker, _profile: dict[str, Any], fault: dict[str, Any], where: str
+    ) -> None:
+        check.integer(check.require(fault, key, where), f"{where}.{key}", 1, 1 << 30)
+
+    return check_fault
 
 
 def _check_library_mismatch_fault(
@@ -484,12 +490,6 @@ def _check_library_mismatch_fault(
             f"{version!r} is not a driver version",
             'write the libraries\' version in quotes, e.g. "550.90.07"',
         )
-
-
-def _check_ecc_fault(
-    check: ProfileChecker, _profile: dict[str, Any], fault: dict[str, Any], where: str
-) -> None:
-    check.integer(check.require(fault, "count", where), f"{where}.count", 1, 1 << 30)
 
 
 def _check_pages_retired_fault(
@@ -748,9 +748,9 @@ def load_profile_json(path: str | Path) -> dict[str, Any]:
 
 # Each fault kind's own checks, beyond the GPU it names (GPU_FAULT_KINDS).
 FAULT_CHECKS = {
-    "device_fails_after_copies": _check_copies_fault,
+    "device_fails_after_copies": _check_count("copies"),
     "driver_library_mismatch": _check_library_mismatch_fault,
-    "ecc_uncorrected": _check_ecc_fault,
+    "ecc_uncorrected": _check_count("count"),
     "pages_retired": _check_pages_retired_fault,
     "xid": _check_xid_fault,
     "clock_throttle": _check_clock_or_recovery_fault,

@@ -16,7 +16,7 @@ from .driver_versions import (
 )
 from .kernel_log import read_kernel_log
 from .nvml import NvmlUnavailableError, load_pynvml, read_nvml
-from .schema import FACTS_SCHEMA_VERSION, OPTIONAL_GPU_KEYS
+from .schema import FACTS_SCHEMA_VERSION, NVML_NOT_USED_NOTE, NVML_TURNED_OFF, OPTIONAL_GPU_KEYS
 
 # Searched after PATH, as Ansible's get_bin_path does (a login PATH may lack them).
 SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
@@ -53,13 +53,13 @@ def read_driver_view(
         try:
             return read_nvml(load_pynvml(nvml_python_path)), "nvml", notes, _answers()
         except NvmlUnavailableError as error:
-            notes.append(f"NVML not used: {error}; GPU fields come from nvidia-smi")
+            notes.append(f"{NVML_NOT_USED_NOTE}{error}; GPU fields come from nvidia-smi")
             if error.driver_not_loaded:
                 not_loaded.append(f"NVML: {error}")
             if error.version_mismatch:
                 mismatch.append(f"NVML: {error}")
     else:
-        notes.append("NVML not used: turned off by the caller; GPU fields come from nvidia-smi")
+        notes.append(f"{NVML_NOT_USED_NOTE}{NVML_TURNED_OFF}; GPU fields come from nvidia-smi")
     from .smi import SmiUnavailableError, read_smi  # noqa: PLC0415  (only the fallback needs it)
 
     try:

@@ -357,11 +357,6 @@ class NvmlReader:
             for name, counter in counters
         }
         rows = self.optional(nvml.nvmlDeviceGetRemappedRows, handle)
-        retired = {
-            name: self.optional(nvml.nvmlDeviceGetRetiredPages, handle, cause)
-            for name, cause in PAGE_RETIREMENT_CAUSES.items()
-        }
-        pending = self.optional(nvml.nvmlDeviceGetRetiredPagesPendingStatus, handle)
         return {
             "ecc_enabled": bool(ecc[0]) if ecc is not None else None,
             "uncorrected_volatile": counts["volatile"],
@@ -376,18 +371,21 @@ class NvmlReader:
                 if rows is not None
                 else None
             ),
-            "retired_pages": (
-                {
-                    **{
-                        name: len(pages) if pages is not None else None
-                        for name, pages in retired.items()
-                    },
-                    "pending": bool(pending) if pending is not None else None,
-                }
-                if pending is not None or any(pages is not None for pages in retired.values())
-                else None
-            ),
+            "retired_pages": self.retired_pages(handle),
         }
+
+    def retired_pages(self, handle: Any) -> dict[str, Any] | None:
+        """Pages retired per cause (PAGE_RETIREMENT_CAUSES) and whether a retirement waits
+        for a reset, each None where NVML does not give it; None when it gives none of them
+        (Ampere and later GPUs remap rows instead)."""
+        nvml = self.nvml
+        pages: dict[str, Any] = {}
+        for name, cause in PAGE_RETIREMENT_CAUSES.items():
+            addresses = self.optional(nvml.nvmlDeviceGetRetiredPages, handle, cause)
+            pages[name] = len(addresses) if addresses is not None else None
+        pending = self.optional(nvml.nvmlDeviceGetRetiredPagesPendingStatus, handle)
+        pages["pending"] = bool(pending) if pending is not None else None
+        return pages if any(value is not None for value in pages.values()) else None
 
     def nvlink_links(self, handle: Any) -> dict[str, Any] | None:
         """How many NVLinks the GPU has (those NVML gives a state for) and how many are

@@ -42,6 +42,10 @@ GPU_KEYS = (
     "host_bridge",
     "bridges",
 )
+# The start of the note that says why NVML was not used (``notes``), and its words when the
+# caller turned NVML off rather than NVML failing (gpu/driver_versions.py reads them).
+NVML_NOT_USED_NOTE = "NVML not used: "
+NVML_TURNED_OFF = "turned off by the caller"
 # Added within schema 1, per GPU, when NVML was asked (docs/facts.md).
 OPTIONAL_GPU_KEYS = ("nvlink", "memory", "fabric", "clock_events", "recovery_action")
 PCIE_KEYS = (

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..facts.schema import NVML_NOT_USED_NOTE, NVML_TURNED_OFF
 from ..node.findings import Finding
 
 FABRIC_MANAGER_SERVICE = "nvidia-fabricmanager"
@@ -147,11 +148,6 @@ def fabric_manager_findings(facts: Mapping[str, Any]) -> list[Finding]:
     return findings
 
 
-# facts/document.py's note when NVML was asked and could not be used.
-NVML_NOT_USED = "NVML not used: "
-NVML_TURNED_OFF = "turned off by the caller"
-
-
 def health_unread_findings(facts: Mapping[str, Any]) -> list[Finding]:
     """GPU_HEALTH_UNREAD (info) when NVML was asked and could not be used, so the GPUs were
     read through nvidia-smi: their identity and links are known, but memory errors, NVLink
@@ -162,7 +158,7 @@ def health_unread_findings(facts: Mapping[str, Any]) -> list[Finding]:
     reasons = [
         note
         for note in facts.get("notes") or []
-        if str(note).startswith(NVML_NOT_USED) and NVML_TURNED_OFF not in str(note)
+        if str(note).startswith(NVML_NOT_USED_NOTE) and NVML_TURNED_OFF not in str(note)
     ]
     if not reasons:
         return []

@@ -1248,5 +1248,5 @@ def judge_options(params: Mapping[str, Any]) -> tuple[dict[str, Any], str | None
         probe=params["probe"],
         fail_on=params["fail_on"],
         probe_max_age_s=params["probe_max_age_s"],
-        finding_severity=params.get("finding_severity"),
+        finding_severity=params["finding_severity"],
     )
